@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/adclick/adclick/api"
+	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/preagg"
+	"github.com/adclick/adclick/runtime"
+)
+
+const runSummary = `Runs the job. With no flags it runs in embedded mode: the built-in generator
+produces clicks in real time, state and checkpoints live under --data, rows
+and running totals go to the embedded store there, and the HTTP API listens
+on --listen. It prints a progress line every few seconds; Ctrl-C (SIGINT) or
+SIGTERM stops it with a final checkpoint.
+
+With --source file:PATH it replays a JSON Lines click file, using each line's
+arrival_ms as processing time, fires every open window at the end of input,
+takes a final checkpoint and exits 0. The same file and flags give the same
+rows on every run.
+
+On every start it restores the latest checkpoint under --data and runs the
+full flush before reading.`
+
+// genFlags registers the generator's flags on fs.
+func genFlags(fs *flag.FlagSet, o *ingest.GenOptions, prefix string) {
+	fs.Int64Var(&o.Clicks, prefix+"clicks", o.Clicks, "clicks to generate (0 = unbounded)")
+	fs.IntVar(&o.Ads, prefix+"ads", 1000, "distinct ads")
+	fs.IntVar(&o.Campaigns, prefix+"campaigns", 50, "distinct campaigns")
+	fs.IntVar(&o.Shards, prefix+"shards", 4, "shards")
+	fs.Float64Var(&o.Rate, prefix+"rate", 2000, "clicks per second of arrival time")
+	fs.Float64Var(&o.Zipf, prefix+"zipf", 1.1, "skew of the ad distribution (Zipf s > 1; negative = uniform)")
+	fs.Float64Var(&o.DelayMeanMs, prefix+"delay-mean-ms", 800, "mean arrival delay of ordinary clicks, ms (exponential)")
+	fs.Float64Var(&o.TailFraction, prefix+"tail-fraction", 0.02, "fraction of clicks with a heavy-tail delay (late clicks)")
+	fs.Int64Var(&o.TailMinMs, prefix+"tail-min-ms", 70_000, "shortest heavy-tail delay, ms")
+	fs.Int64Var(&o.TailMaxMs, prefix+"tail-max-ms", 9_000_000, "longest heavy-tail delay, ms (beyond 2 h exceeds the horizon)")
+	fs.Float64Var(&o.DupFraction, prefix+"dup-fraction", 0.01, "fraction of duplicate resends")
+	fs.Float64Var(&o.InvalidFraction, prefix+"invalid-fraction", 0.005, "fraction of invalid lines")
+	fs.Float64Var(&o.SkewFraction, prefix+"skew-fraction", 0.002, "fraction of device clocks years off")
+	fs.Int64Var(&o.IdleEveryMs, prefix+"idle-every-ms", 0, "if > 0, the last shard is silent for the second half of every such period")
+	fs.Uint64Var(&o.Seed, prefix+"seed", 1, "random seed")
+}
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("run", runSummary, stderr)
+	var cfg runtime.Config
+	fs.StringVar(&cfg.DataDir, "data", "./adclick-data", "directory for state, checkpoints, the embedded store and the exceptions log")
+	fs.StringVar(&cfg.Source, "source", "gen", "gen (built-in generator, real time) or file:PATH (JSON Lines replay)")
+	listen := fs.String("listen", "127.0.0.1:8080", "address of the HTTP API (empty = no HTTP server)")
+	fs.IntVar(&cfg.Parallelism, "parallelism", 0, "pre-aggregator and window subtasks (default: number of CPUs, at most 128)")
+	fs.Int64Var(&cfg.JobGen, "job-gen", 1, "job generation (job_gen) of this version; raise it for each blue/green deployment")
+	fs.Int64Var(&cfg.AllowanceMs, "allowance-ms", 5000, "out-of-orderness allowance: watermark = max event time - allowance - 1 ms")
+	fs.Int64Var(&cfg.WatermarkIntervalMs, "watermark-interval-ms", 200, "watermark emission interval (processing time)")
+	fs.Int64Var(&cfg.IdleMs, "idle-ms", 30000, "a shard with no records for this long leaves the watermark minimum")
+	fs.Int64Var(&cfg.WindowMs, "window-ms", 60000, "window size (must divide an hour)")
+	fs.Int64Var(&cfg.HorizonMs, "horizon-ms", 7_200_000, "acceptance horizon after the impression; dedup ids expire at impression + horizon")
+	fs.Int64Var(&cfg.GuardMs, "guard-ms", 93_600_000, "processing-time guard on dedup ids, in case the watermark is stuck")
+	fs.Int64Var(&cfg.PreaggFlushMs, "preagg-flush-ms", 500, "pre-aggregation buffer interval")
+	fs.Int64Var(&cfg.EarlyFiringMs, "early-firing-ms", 1000, "running totals for dashboards every this many ms")
+	fs.Int64Var(&cfg.CheckpointIntervalMs, "checkpoint-interval-ms", 30000, "checkpoint interval (virtual time in a file replay)")
+	fs.IntVar(&cfg.CheckpointsKept, "checkpoints-kept", 3, "completed checkpoints kept")
+	fs.Float64Var(&cfg.FlushWritesPerSec, "flush-writes-per-sec", 500, "rate limit of the full flush's own writes after a restore")
+	fs.Int64Var(&cfg.FailAfterRecords, "fail-after-records", 0, "testing: exit abruptly (code 137, no cleanup, no checkpoint) after this many records")
+	progress := fs.Duration("progress", 5*time.Second, "interval of the progress line (0 = none)")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	genFlags(fs, &cfg.Gen, "gen-")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	if cfg.Source != "gen" && !strings.HasPrefix(cfg.Source, "file:") {
+		return usageError{fmt.Errorf("--source %q: want gen or file:PATH", cfg.Source)}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Registerer = reg
+	cfg.Logger = log
+	cfg.Crash = func() { os.Exit(137) }
+	job, err := runtime.Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer job.Close()
+	var srv *http.Server
+	if *listen != "" {
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", *listen, err)
+		}
+		srv = &http.Server{Handler: api.New(job, reg), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+		log.Info("http api", "addr", ln.Addr().String())
+		defer srv.Close()
+	}
+	done := make(chan struct{})
+	if *progress > 0 {
+		go printProgress(job, *progress, stderr, done)
+	}
+	err = job.Run(ctx)
+	close(done)
+	st := job.Status()
+	if err != nil {
+		return err
+	}
+	ck := int64(0)
+	if st.LastCheckpoint != nil {
+		ck = st.LastCheckpoint.ID
+	}
+	log.Info("stopped", "records", st.Records, "invalid", st.Invalid, "last_checkpoint", ck)
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return nil
+	}
+	return nil
+}
+
+func printProgress(job *runtime.Job, every time.Duration, w io.Writer, done <-chan struct{}) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last int64
+	lastT := time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			s := job.Status()
+			rate := float64(s.Records-last) / now.Sub(lastT).Seconds()
+			last, lastT = s.Records, now
+			wm, lag := "none", "-"
+			if s.WatermarkMs != preagg.NoWatermark {
+				wm = time.UnixMilli(s.WatermarkMs).UTC().Format("15:04:05.000")
+				lag = (time.Duration(s.WatermarkLagMs) * time.Millisecond).Round(100 * time.Millisecond).String()
+			}
+			ck := "none"
+			if c := s.LastCheckpoint; c != nil {
+				ck = fmt.Sprintf("%d (%s ago, %d ms)", c.ID, time.Since(time.UnixMilli(c.TakenAtMs)).Round(time.Second), c.DurationMs)
+			}
+			fmt.Fprintf(w, "clicks/s=%.0f records=%d watermark=%s lag=%s last_checkpoint=%s\n", rate, s.Records, wm, lag, ck)
+		}
+	}
+}

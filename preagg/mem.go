@@ -1,0 +1,50 @@
+package preagg
+
+import (
+	"errors"
+	"fmt"
+)
+
+// MemDedup is an in-memory Dedup: the reference implementation for tests and
+// small embedded runs. It is not safe for concurrent use.
+type MemDedup struct {
+	ids map[memKey]int64 // → expiry
+}
+
+type memKey struct {
+	kg int
+	id string
+}
+
+// NewMemDedup returns an empty MemDedup.
+func NewMemDedup() *MemDedup { return &MemDedup{ids: make(map[memKey]int64)} }
+
+// Insert implements Dedup.
+func (m *MemDedup) Insert(kg int, id string, expiryMs int64) (bool, error) {
+	k := memKey{kg, id}
+	if _, ok := m.ids[k]; ok {
+		return false, nil
+	}
+	m.ids[k] = expiryMs
+	return true, nil
+}
+
+// Expire implements Dedup.
+func (m *MemDedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
+	for k, exp := range m.ids {
+		if k.kg >= kgFrom && k.kg < kgTo && exp < beforeMs {
+			delete(m.ids, k)
+		}
+	}
+	return nil
+}
+
+// Len returns the number of ids held.
+func (m *MemDedup) Len() int { return len(m.ids) }
+
+func joinErrs(prefix string, errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", prefix, errors.Join(errs...))
+}

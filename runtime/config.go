@@ -1,0 +1,182 @@
+package runtime
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/adclick/adclick/clock"
+	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/sink"
+	"github.com/adclick/adclick/windowing"
+)
+
+// Config configures a Job. Zero fields take the defaults noted.
+type Config struct {
+	// DataDir holds state, checkpoints, the embedded store and the
+	// exceptions log. Default "./adclick-data".
+	DataDir string
+	// Source is "gen" (the built-in generator, in real time), or
+	// "file:PATH" (a JSON Lines replay with arrival_ms as a virtual clock).
+	// Default "gen".
+	Source string
+	// Gen configures the generator source.
+	Gen ingest.GenOptions
+	// Parallelism is the number of pre-aggregator and of window subtasks.
+	// Default: the number of CPUs, at most windowing.MaxParallelism.
+	Parallelism int
+	// JobGen is this job version's generation (job_gen). Default 1.
+	JobGen int64
+
+	AllowanceMs          int64 // out-of-orderness allowance; default 5,000
+	WatermarkIntervalMs  int64 // watermark emission; default 200
+	IdleMs               int64 // shard idleness; default 30,000
+	WindowMs             int64 // window size; default 60,000
+	HorizonMs            int64 // acceptance horizon; default 7,200,000
+	GuardMs              int64 // dedup guard; default 93,600,000
+	PreaggFlushMs        int64 // pre-aggregation buffer; default 500
+	EarlyFiringMs        int64 // running totals; default 1,000
+	CheckpointIntervalMs int64 // default 30,000
+	CheckpointPauseMs    int64 // minimum pause between checkpoints; default 5,000
+	CheckpointsKept      int   // default 3
+	// FlushWritesPerSec limits the full flush's own writes; default 500.
+	FlushWritesPerSec float64
+	// NoDedup and NoCheckpoint are for benchmarks only.
+	NoDedup, NoCheckpoint bool
+	// FailAfterRecords > 0 calls Crash after that many records (tests).
+	FailAfterRecords int64
+	// Crash is called by FailAfterRecords; default: panic. The CLI exits
+	// the process abruptly.
+	Crash func()
+	// ChannelCapacity bounds every channel between subtasks, in messages.
+	// Default 64.
+	ChannelCapacity int
+	// BatchSize is the number of clicks per message to a pre-aggregator.
+	// Default 256.
+	BatchSize int
+
+	// Rows and Totals are the sinks; nil selects the embedded store under
+	// DataDir/store.
+	Rows   sink.Rows
+	Totals sink.Totals
+
+	Clock      clock.Clock // processing time of a real-time source; default the wall clock
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// EnsureDefaults fills zero fields.
+func (c *Config) EnsureDefaults() {
+	def := func(p *int64, v int64) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	if c.DataDir == "" {
+		c.DataDir = "./adclick-data"
+	}
+	if c.Source == "" {
+		c.Source = "gen"
+	}
+	if c.Parallelism == 0 {
+		c.Parallelism = min(runtime.NumCPU(), windowing.MaxParallelism)
+	}
+	def(&c.JobGen, 1)
+	def(&c.AllowanceMs, 5_000)
+	def(&c.WatermarkIntervalMs, 200)
+	def(&c.IdleMs, 30_000)
+	def(&c.WindowMs, 60_000)
+	def(&c.HorizonMs, 7_200_000)
+	def(&c.GuardMs, 93_600_000)
+	def(&c.PreaggFlushMs, 500)
+	def(&c.EarlyFiringMs, 1_000)
+	def(&c.CheckpointIntervalMs, 30_000)
+	def(&c.CheckpointPauseMs, 5_000)
+	if c.CheckpointsKept == 0 {
+		c.CheckpointsKept = 3
+	}
+	if c.FlushWritesPerSec == 0 {
+		c.FlushWritesPerSec = 500
+	}
+	if c.ChannelCapacity == 0 {
+		c.ChannelCapacity = 64
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 256
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Crash == nil {
+		c.Crash = func() { panic("runtime: crash injected by FailAfterRecords") }
+	}
+}
+
+// Validate reports every problem with the configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Parallelism < 1 || c.Parallelism > windowing.MaxParallelism {
+		errs = append(errs, fmt.Errorf("parallelism %d must be in 1..%d (the key-group ceiling)", c.Parallelism, windowing.MaxParallelism))
+	}
+	if c.Source != "gen" && !strings.HasPrefix(c.Source, "file:") {
+		errs = append(errs, fmt.Errorf("source %q: want gen or file:PATH", c.Source))
+	}
+	if c.Source == "file:" {
+		errs = append(errs, errors.New("source file: needs a path"))
+	}
+	for _, v := range []struct {
+		name string
+		v    int64
+	}{
+		{"allowance", c.AllowanceMs}, {"watermark interval", c.WatermarkIntervalMs}, {"idle timeout", c.IdleMs},
+		{"window", c.WindowMs}, {"horizon", c.HorizonMs}, {"guard", c.GuardMs}, {"pre-aggregation buffer", c.PreaggFlushMs},
+		{"early firing", c.EarlyFiringMs}, {"checkpoint interval", c.CheckpointIntervalMs},
+	} {
+		if v.v < 0 || (v.v == 0 && v.name != "allowance") {
+			errs = append(errs, fmt.Errorf("%s %d ms must be positive", v.name, v.v))
+		}
+	}
+	if c.WindowMs > 0 && windowing.HourMs%c.WindowMs != 0 {
+		errs = append(errs, fmt.Errorf("window %d ms must divide an hour", c.WindowMs))
+	}
+	if c.GuardMs < c.HorizonMs {
+		errs = append(errs, fmt.Errorf("guard %d ms must be at least the horizon %d ms", c.GuardMs, c.HorizonMs))
+	}
+	if c.JobGen < 0 {
+		errs = append(errs, fmt.Errorf("job generation %d must not be negative", c.JobGen))
+	}
+	if c.CheckpointsKept < 1 {
+		errs = append(errs, fmt.Errorf("checkpoints kept %d must be at least 1", c.CheckpointsKept))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("runtime: config: %w", errors.Join(errs...))
+}
+
+// stateFormat is the version of the checkpoint layout.
+const stateFormat = 1
+
+// fingerprint names the settings a checkpoint's state depends on: a restore
+// with a different value would misread the state or change the meaning of
+// what was counted. Parallelism is not part of it (state moves by key
+// group), nor are timing settings such as the allowance.
+func (c *Config) fingerprint() (sum string, desc string) {
+	desc = "format=" + strconv.Itoa(stateFormat) +
+		" window_ms=" + strconv.FormatInt(c.WindowMs, 10) +
+		" horizon_ms=" + strconv.FormatInt(c.HorizonMs, 10) +
+		" max_parallelism=" + strconv.Itoa(windowing.MaxParallelism) +
+		" dedup=" + strconv.FormatBool(!c.NoDedup)
+	h := sha256.Sum256([]byte(desc))
+	return hex.EncodeToString(h[:8]), desc
+}

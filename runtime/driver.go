@@ -1,0 +1,374 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/latepath"
+	"github.com/adclick/adclick/preagg"
+	"github.com/adclick/adclick/windowing"
+)
+
+// driver reads the source, decodes and validates each record, clamps its
+// time, tracks the per-shard watermarks, routes clicks to the
+// pre-aggregators by click id, and coordinates checkpoints. It is one
+// goroutine, so every pre-aggregator sees the same watermarks and barriers
+// in the same order relative to its clicks.
+type driver struct {
+	j        *Job
+	src      source
+	wms      *ingest.Watermarks
+	batches  [][]ingest.Click
+	procMs   int64
+	nextTick int64
+	lastCkpt int64 // processing time the last checkpoint completed (or the job started)
+	records  int64
+	invalid  int64
+	log      *exlog
+	rec      latepath.Record
+	c        ingest.Click
+}
+
+func newDriver(j *Job, src source) *driver {
+	return &driver{
+		j:       j,
+		src:     src,
+		wms:     ingest.NewWatermarks(ingest.WatermarkOptions{AllowanceMs: j.cfg.AllowanceMs, IntervalMs: j.cfg.WatermarkIntervalMs, IdleMs: j.cfg.IdleMs}),
+		batches: make([][]ingest.Click, len(j.pres)),
+		log:     newExlog(j.cfg.DataDir, "source", j.c),
+	}
+}
+
+// run drives the graph. ctx is the caller's (cancel = stop with a final
+// checkpoint); runCtx is the graph's (cancelled when a subtask fails).
+func (d *driver) run(ctx, runCtx context.Context) error {
+	virtual := d.src.virtual()
+	if !virtual {
+		d.start(d.j.cfg.Clock.NowMs())
+	}
+	for {
+		if err := runCtx.Err(); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return d.stop(runCtx, false)
+		}
+		line, truncated, arr, err := d.src.next()
+		if errors.Is(err, io.EOF) {
+			return d.stop(runCtx, true)
+		}
+		if err != nil {
+			return err
+		}
+		if !virtual {
+			if err := d.waitUntil(ctx, runCtx, arr); err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				// Stop before this record: it is not covered by the position.
+				return d.stopBefore(runCtx)
+			}
+		}
+		if err := d.consume(runCtx, line, truncated, virtual); err != nil {
+			return err
+		}
+		d.records++
+		if n := d.j.cfg.FailAfterRecords; n > 0 && d.records >= n {
+			d.j.cfg.Crash()
+		}
+	}
+}
+
+func (d *driver) start(procMs int64) {
+	d.procMs = procMs
+	iv := d.j.cfg.WatermarkIntervalMs
+	d.nextTick = (procMs/iv + 1) * iv
+	d.lastCkpt = procMs
+}
+
+// waitUntil advances real processing time, ticking, until arrivalMs.
+func (d *driver) waitUntil(ctx, runCtx context.Context, arrivalMs int64) error {
+	for {
+		now := d.j.cfg.Clock.NowMs()
+		if err := d.advance(runCtx, now); err != nil {
+			return err
+		}
+		if now >= arrivalMs {
+			return nil
+		}
+		wait := time.Duration(min(arrivalMs, d.nextTick)-now) * time.Millisecond
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-runCtx.Done():
+			t.Stop()
+			return runCtx.Err()
+		}
+	}
+}
+
+// consume decodes one record and routes it.
+func (d *driver) consume(ctx context.Context, line []byte, truncated, virtual bool) error {
+	c := &d.c
+	reason := ingest.Decode(line, c)
+	if truncated && reason == "" {
+		reason = ingest.ReasonMalformedJSON
+	}
+	if reason == "" {
+		reason = c.FinishLine()
+	}
+	if virtual {
+		if c.HasArrival && c.ArrivalMs > 0 {
+			if d.procMs == 0 {
+				d.start(c.ArrivalMs - 1)
+			}
+			if err := d.advance(ctx, c.ArrivalMs); err != nil {
+				return err
+			}
+		}
+	} else if err := d.advance(ctx, d.j.cfg.Clock.NowMs()); err != nil {
+		return err
+	}
+	if reason != "" {
+		d.invalid++
+		d.j.m.invalid.Inc()
+		r := &d.rec
+		*r = latepath.Record{Verdict: latepath.InvalidPrefix + string(reason), ClickID: c.ClickID, AdID: c.AdID,
+			CampaignID: c.CampaignID, DeviceID: c.DeviceID, ImpressionMs: c.ImpressionMs, DeviceMs: c.DeviceMs,
+			ArrivalMs: c.ArrivalMs, SpendMicros: c.SpendMicros, Shard: c.Shard}
+		if reason == ingest.ReasonMalformedJSON || reason == ingest.ReasonNotObject {
+			r.Raw = string(line)
+		}
+		return d.log.write(r)
+	}
+	d.wms.Observe(c.Shard, c.EventMs, d.procMs)
+	o := windowing.Owner(windowing.KeyGroup(c.ClickID), len(d.batches))
+	d.batches[o] = append(d.batches[o], *c)
+	if len(d.batches[o]) >= d.j.cfg.BatchSize {
+		return d.sendBatch(ctx, o)
+	}
+	return nil
+}
+
+func (d *driver) sendBatch(ctx context.Context, o int) error {
+	if len(d.batches[o]) == 0 {
+		return nil
+	}
+	err := send(ctx, d.j.pres[o].in, toPre{kind: mClicks, clicks: d.batches[o], procMs: d.procMs})
+	d.batches[o] = make([]ingest.Click, 0, d.j.cfg.BatchSize)
+	return err
+}
+
+func (d *driver) flushBatches(ctx context.Context) error {
+	for o := range d.batches {
+		if err := d.sendBatch(ctx, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *driver) broadcast(ctx context.Context, m toPre) error {
+	if err := d.flushBatches(ctx); err != nil {
+		return err
+	}
+	for _, p := range d.j.pres {
+		if err := send(ctx, p.in, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// advance moves processing time to now, running every watermark emission
+// tick (and any due checkpoint) on the way, each at its own time.
+func (d *driver) advance(ctx context.Context, now int64) error {
+	for d.nextTick <= now {
+		t := d.nextTick
+		d.nextTick += d.j.cfg.WatermarkIntervalMs
+		if err := d.tick(ctx, t); err != nil {
+			return err
+		}
+	}
+	if now > d.procMs {
+		d.procMs = now
+	}
+	return nil
+}
+
+func (d *driver) tick(ctx context.Context, t int64) error {
+	d.procMs = max(d.procMs, t)
+	wm, advanced := d.wms.Tick(t)
+	kind := mTick
+	if advanced {
+		kind = mWatermark
+	}
+	if err := d.broadcast(ctx, toPre{kind: kind, wm: wm, procMs: t}); err != nil {
+		return err
+	}
+	d.publish(t, wm)
+	if !d.j.cfg.NoCheckpoint && t-d.lastCkpt >= d.j.cfg.CheckpointIntervalMs {
+		return d.checkpoint(ctx, t, false)
+	}
+	return nil
+}
+
+func (d *driver) publish(t, wm int64) {
+	d.j.m.watermark.Set(float64(wm))
+	lag := ingest.Lag(t, wm)
+	if wm != preagg.NoWatermark {
+		d.j.m.watermarkLag.Set(float64(lag) / 1000)
+	}
+	d.j.mu.Lock()
+	d.j.status.ProcessingMs = t
+	d.j.status.WatermarkMs = wm
+	d.j.status.WatermarkLagMs = lag
+	d.j.status.Records = d.records
+	d.j.status.Invalid = d.invalid
+	d.j.status.Shards = d.wms.Shards()
+	d.j.mu.Unlock()
+}
+
+// stop ends the run: at the end of bounded input a final watermark fires
+// every window first; then a final checkpoint; then the graph is drained.
+func (d *driver) stop(ctx context.Context, endOfInput bool) error {
+	if endOfInput {
+		wm := d.wms.Final()
+		if err := d.broadcast(ctx, toPre{kind: mWatermark, wm: wm, procMs: d.procMs}); err != nil {
+			return err
+		}
+		d.publish(d.procMs, wm)
+	}
+	return d.stopBefore(ctx)
+}
+
+func (d *driver) stopBefore(ctx context.Context) error {
+	if !d.j.cfg.NoCheckpoint {
+		if err := d.checkpoint(ctx, d.procMs, true); err != nil {
+			return err
+		}
+	}
+	if err := d.broadcast(ctx, toPre{kind: mEnd, procMs: d.procMs}); err != nil {
+		return err
+	}
+	return d.log.close()
+}
+
+// checkpoint takes aligned checkpoint n: record n as the epoch high-water
+// mark (before any write can carry it), save the source positions, inject
+// the barrier, collect every subtask's acknowledgement and state, write the
+// Pebble checkpoint and the metadata, then let the graph go on.
+func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) error {
+	j := d.j
+	id := j.nextID
+	j.nextID++
+	began := time.Now()
+	if err := j.ckpts.setHigh(id); err != nil {
+		return err
+	}
+	if err := d.flushBatches(ctx); err != nil {
+		return err
+	}
+	positions := d.src.positions()
+	if err := d.log.barrier(id); err != nil {
+		return err
+	}
+	b := &barrier{id: id, final: final, resume: make(chan struct{})}
+	defer close(b.resume)
+	if err := d.broadcast(ctx, toPre{kind: mBarrier, barrier: b, procMs: procMs}); err != nil {
+		return err
+	}
+	floors := make([]int64, len(j.pres))
+	var win, late []blob
+	var errs []error
+	for n := 0; n < len(j.pres)+len(j.wins); n++ {
+		var a ack
+		select {
+		case a = <-j.acks:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if a.err != nil {
+			errs = append(errs, fmt.Errorf("%s subtask %d: %w", a.role, a.index, a.err))
+		}
+		if a.role == "pre" {
+			floors[a.index] = a.floor
+		}
+		win = append(win, a.win...)
+		late = append(late, a.late...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		j.m.ckpts.WithLabelValues("failed").Inc()
+		return fmt.Errorf("runtime: checkpoint %d: %w", id, err)
+	}
+	meta, err := d.write(id, positions, floors, win, late, final, began)
+	if err != nil {
+		j.m.ckpts.WithLabelValues("failed").Inc()
+		return err
+	}
+	d.lastCkpt = procMs
+	j.m.ckpts.WithLabelValues("completed").Inc()
+	j.m.ckptDuration.Observe(float64(meta.DurationMs) / 1000)
+	j.m.ckptSize.Set(float64(meta.SizeBytes))
+	j.m.lastCkptID.Set(float64(id))
+	j.mu.Lock()
+	j.status.LastCheckpoint = &meta
+	j.mu.Unlock()
+	j.log.Debug("checkpoint", "id", id, "duration_ms", meta.DurationMs, "size_bytes", meta.SizeBytes, "final", final)
+	return nil
+}
+
+func (d *driver) write(id int64, positions map[string]string, floors []int64, win, late []blob, final bool, began time.Time) (Meta, error) {
+	j := d.j
+	for _, op := range []struct {
+		name  string
+		blobs []blob
+	}{{"win", win}, {"late", late}} {
+		if err := j.st.DeleteBlobs(op.name); err != nil {
+			return Meta{}, fmt.Errorf("runtime: checkpoint %d: %w", id, err)
+		}
+		for _, b := range op.blobs {
+			if err := j.st.PutBlob(op.name, b.kg, b.data); err != nil {
+				return Meta{}, fmt.Errorf("runtime: checkpoint %d: %w", id, err)
+			}
+		}
+	}
+	staging, err := j.ckpts.staging(id)
+	if err != nil {
+		return Meta{}, err
+	}
+	if err := j.st.Checkpoint(staging + "/state"); err != nil {
+		return Meta{}, fmt.Errorf("runtime: checkpoint %d: %w", id, err)
+	}
+	fp, desc := j.cfg.fingerprint()
+	wm := d.wms.Current()
+	if wm == math.MaxInt64 {
+		wm = floorsMin(floors)
+	}
+	meta := Meta{ID: id, JobGen: j.cfg.JobGen, Fingerprint: fp, Settings: desc, Positions: positions, Floors: floors,
+		Watermark: wm, Parallelism: j.cfg.Parallelism, Restored: j.c, TakenAtMs: d.procMs,
+		DurationMs: time.Since(began).Milliseconds(), SizeBytes: dirSize(staging), Final: final}
+	if err := j.ckpts.commit(staging, meta); err != nil {
+		return Meta{}, err
+	}
+	if err := j.ckpts.prune(j.cfg.CheckpointsKept); err != nil {
+		return Meta{}, err
+	}
+	return meta, nil
+}
+
+func floorsMin(f []int64) int64 {
+	m := int64(math.MaxInt64)
+	for _, v := range f {
+		m = min(m, v)
+	}
+	return m
+}

@@ -1,0 +1,422 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/adclick/adclick/flush"
+	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/latepath"
+	"github.com/adclick/adclick/preagg"
+	"github.com/adclick/adclick/sink"
+	"github.com/adclick/adclick/sink/embedded"
+	"github.com/adclick/adclick/state"
+	"github.com/adclick/adclick/windowing"
+)
+
+// Status is a snapshot of the job for the status endpoint and the progress
+// line.
+type Status struct {
+	JobGen         int64                   `json:"job_gen"`
+	Parallelism    int                     `json:"parallelism"`
+	Source         string                  `json:"source"`
+	Restored       int64                   `json:"restored_checkpoint"`
+	Ready          bool                    `json:"ready"`
+	Done           bool                    `json:"done"`
+	ProcessingMs   int64                   `json:"processing_ms"`
+	WatermarkMs    int64                   `json:"watermark_ms"`
+	WatermarkLagMs int64                   `json:"watermark_lag_ms"`
+	Records        int64                   `json:"records"`
+	Invalid        int64                   `json:"invalid"`
+	Shards         []ingest.ShardWatermark `json:"shards"`
+	LastCheckpoint *Meta                   `json:"last_checkpoint,omitempty"`
+	Flush          *flush.Report           `json:"flush,omitempty"`
+}
+
+// Job is a running adclick job on one machine.
+type Job struct {
+	cfg      Config
+	log      *slog.Logger
+	m        *metrics
+	st       *state.DB
+	store    *embedded.Store // when the embedded sinks are used
+	rows     sink.Rows
+	totals   sink.Totals
+	ckpts    *checkpoints
+	restored Meta
+	c        int64
+	nextID   int64
+	pres     []*preSub
+	wins     []*winSub
+	acks     chan ack
+
+	mu     sync.Mutex
+	status Status
+}
+
+// Open prepares a job: it restores the latest checkpoint under DataDir (or
+// starts from the empty state, checkpoint 0), and runs the full flush of
+// every epoch ≥ c that an earlier run may have written, before anything is
+// read. The returned job has not started reading.
+func Open(ctx context.Context, cfg Config) (*Job, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("runtime: data dir: %w", err)
+	}
+	j := &Job{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer)}
+	var err error
+	if j.ckpts, err = newCheckpoints(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	meta, found, err := j.ckpts.latest()
+	if err != nil {
+		return nil, err
+	}
+	fp, desc := cfg.fingerprint()
+	if found && meta.Fingerprint != fp {
+		return nil, fmt.Errorf("runtime: checkpoint %d in %s was taken with settings {%s}, but this job has {%s}; restoring it would misread its state: start with the same settings, or with a new --data directory",
+			meta.ID, cfg.DataDir, meta.Settings, desc)
+	}
+	stateDir := filepath.Join(cfg.DataDir, "state")
+	if found {
+		j.st, err = state.OpenFromCheckpoint(filepath.Join(j.ckpts.path(meta.ID), "state"), stateDir, state.Options{})
+	} else {
+		if err = os.RemoveAll(stateDir); err == nil {
+			j.st, err = state.Open(stateDir, state.Options{})
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runtime: open state: %w", err)
+	}
+	j.rows, j.totals = cfg.Rows, cfg.Totals
+	if j.rows == nil {
+		j.store, err = embedded.Open(filepath.Join(cfg.DataDir, "store"), embedded.Options{Registerer: cfg.Registerer})
+		if err != nil {
+			j.st.Close()
+			return nil, fmt.Errorf("runtime: open embedded store: %w", err)
+		}
+		j.rows = j.store
+		if j.totals == nil {
+			j.totals = j.store
+		}
+	}
+	if found {
+		j.restored = meta
+		j.c = meta.ID
+	}
+	if err := j.build(); err != nil {
+		j.Close()
+		return nil, err
+	}
+	if err := j.restoreState(found); err != nil {
+		j.Close()
+		return nil, err
+	}
+	high, wrote, err := j.ckpts.high()
+	if err != nil {
+		j.Close()
+		return nil, err
+	}
+	var rep *flush.Report
+	if wrote {
+		r, err := flush.Full(ctx, j.rows, j.totals, flushState{j}, flushTotals{j}, flush.Options{
+			Restored: j.c, High: max(high, j.c), Gen: cfg.JobGen, WritesPerSec: cfg.FlushWritesPerSec,
+			Registerer: cfg.Registerer, Logger: j.log,
+		})
+		if err != nil {
+			j.Close()
+			return nil, fmt.Errorf("runtime: full flush after restoring checkpoint %d: %w", j.c, err)
+		}
+		rep = &r
+	}
+	removed, err := removeExlogEpochs(cfg.DataDir, j.c)
+	if err != nil {
+		j.Close()
+		return nil, err
+	}
+	// Checkpoint ids never go down: continue after anything an earlier run
+	// may have used.
+	j.nextID = max(high, j.c) + 1
+	if err := j.ckpts.setHigh(max(high, j.c)); err != nil {
+		j.Close()
+		return nil, err
+	}
+	d := time.Since(start)
+	j.m.restoreSecs.Set(d.Seconds())
+	if found || wrote {
+		j.log.Info("restored", "checkpoint", j.c, "found", found, "epoch_high", high,
+			"exception_epochs_removed", removed, "duration", d.Round(time.Millisecond))
+	}
+	j.status = Status{JobGen: cfg.JobGen, Parallelism: cfg.Parallelism, Source: cfg.Source, Restored: j.c,
+		WatermarkMs: preagg.NoWatermark, Flush: rep}
+	if found {
+		mc := meta
+		j.status.LastCheckpoint = &mc
+	}
+	return j, nil
+}
+
+func (j *Job) build() error {
+	p := j.cfg.Parallelism
+	j.acks = make(chan ack, 2*p)
+	wins := make([]chan toWin, p)
+	for i := range wins {
+		wins[i] = make(chan toWin, j.cfg.ChannelCapacity*p)
+	}
+	for i := 0; i < p; i++ {
+		mins, err := windowing.NewMinutes(j.cfg.WindowMs)
+		if err != nil {
+			return err
+		}
+		w := &winSub{idx: i, minutes: mins, late: latepath.New(j.cfg.HorizonMs), in: wins[i], acks: j.acks,
+			inputs: p, wms: make([]int64, p), procs: make([]int64, p), wm: preagg.NoWatermark,
+			epoch: j.c, restored: j.c, gen: j.cfg.JobGen, earlyMs: j.cfg.EarlyFiringMs,
+			rows: j.rows, totals: j.totals, totalsOK: true, m: j.m}
+		for k := range w.wms {
+			w.wms[k] = preagg.NoWatermark
+		}
+		j.wins = append(j.wins, w)
+	}
+	for i := 0; i < p; i++ {
+		from, to := windowing.Range(i, p)
+		var d preagg.Dedup
+		var dd *state.Dedup
+		if !j.cfg.NoDedup {
+			dd = j.st.NewDedup()
+			d = dd
+		}
+		pa, err := preagg.New(preagg.Options{WindowMs: j.cfg.WindowMs, HorizonMs: j.cfg.HorizonMs, GuardMs: j.cfg.GuardMs,
+			FlushIntervalMs: j.cfg.PreaggFlushMs, NoDedup: j.cfg.NoDedup}, d, from, to)
+		if err != nil {
+			return fmt.Errorf("runtime: %w", err)
+		}
+		j.pres = append(j.pres, &preSub{idx: i, pa: pa, dedup: dd, in: make(chan toPre, j.cfg.ChannelCapacity), outs: wins,
+			acks: j.acks, log: newExlog(j.cfg.DataDir, "preagg-"+strconv.Itoa(i), j.c), par: p, late: make([][]lateClick, p), m: j.m})
+	}
+	return nil
+}
+
+// restoreState gives every subtask its part of the restored state: the
+// floors (all of them: each subtask takes the minimum) and the window and
+// late state of the key groups it owns.
+func (j *Job) restoreState(found bool) error {
+	if !found {
+		return nil
+	}
+	for _, p := range j.pres {
+		p.pa.Restore(j.restored.Floors)
+	}
+	for _, op := range []string{"win", "late"} {
+		err := j.st.Blobs(op, func(kg int, val []byte) error {
+			w := j.wins[windowing.Owner(kg, j.cfg.Parallelism)]
+			if op == "win" {
+				return w.minutes.Restore(val)
+			}
+			return w.late.Restore(val)
+		})
+		if err != nil {
+			return fmt.Errorf("runtime: restore %s state: %w", op, err)
+		}
+	}
+	return nil
+}
+
+// flushState answers the flush from restored state.
+type flushState struct{ j *Job }
+
+func (f flushState) LateTotal(ad string, hourStartMs int64) (int64, int64, bool) {
+	return f.j.wins[windowing.Owner(windowing.KeyGroup(ad), f.j.cfg.Parallelism)].late.Get(ad, hourStartMs)
+}
+
+type flushTotals struct{ j *Job }
+
+func (f flushTotals) Totals(fn func(sink.Total) error) error {
+	var err error
+	for _, w := range f.j.wins {
+		w.minutes.Totals(func(r windowing.Running) {
+			if err == nil {
+				err = fn(sink.Total{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: f.j.c})
+			}
+		})
+	}
+	return err
+}
+
+func (f flushTotals) HasTotal(k sink.TotalKey) bool {
+	return f.j.wins[windowing.Owner(windowing.KeyGroup(k.Ad), f.j.cfg.Parallelism)].minutes.HasTotal(k.Ad, k.StartMs, k.Hour)
+}
+
+// Status returns a snapshot of the job's status.
+func (j *Job) Status() Status {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.status
+	s.Shards = append([]ingest.ShardWatermark(nil), s.Shards...)
+	return s
+}
+
+// Rows returns the row store the job writes.
+func (j *Job) Rows() sink.Rows { return j.rows }
+
+// Totals returns the running-total store the job writes (may be nil).
+func (j *Job) Totals() sink.Totals { return j.totals }
+
+// Close releases the state and the embedded store.
+func (j *Job) Close() error {
+	var errs []error
+	if j.st != nil {
+		errs = append(errs, j.st.Close())
+		j.st = nil
+	}
+	if j.store != nil {
+		errs = append(errs, j.store.Close())
+		j.store = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Run reads the source and runs the graph until the input ends (a file
+// replay: a final watermark fires every window, then a final checkpoint),
+// or ctx is cancelled (a final checkpoint, windows stay open in state).
+func (j *Job) Run(ctx context.Context) error {
+	src, err := j.openSource()
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 2*len(j.pres))
+	var wg sync.WaitGroup
+	for _, p := range j.pres {
+		wg.Go(func() {
+			if err := p.run(runCtx); err != nil {
+				errc <- err
+				cancel()
+			}
+		})
+	}
+	for _, w := range j.wins {
+		wg.Go(func() {
+			if err := w.run(runCtx); err != nil {
+				errc <- err
+				cancel()
+			}
+		})
+	}
+	j.setReady(true)
+	d := newDriver(j, src)
+	derr := d.run(ctx, runCtx)
+	if derr != nil {
+		cancel()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if derr == nil && !errors.Is(err, context.Canceled) {
+			derr = err
+		}
+	}
+	j.mu.Lock()
+	j.status.Done = true
+	j.mu.Unlock()
+	return derr
+}
+
+func (j *Job) setReady(v bool) {
+	j.mu.Lock()
+	j.status.Ready = v
+	j.mu.Unlock()
+}
+
+func (j *Job) openSource() (source, error) {
+	pos := j.restored.Positions
+	if path, ok := strings.CutPrefix(j.cfg.Source, "file:"); ok {
+		var off int64
+		if v, ok := pos["file"]; ok {
+			var err error
+			if off, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return nil, fmt.Errorf("runtime: checkpoint %d: bad file position %q", j.c, v)
+			}
+		}
+		fs, err := ingest.OpenFile(path, off)
+		if err != nil {
+			return nil, err
+		}
+		return &fileSource{fs: fs}, nil
+	}
+	o := j.cfg.Gen
+	var skip int64
+	if v, ok := pos["gen_start"]; ok {
+		o.StartMs, _ = strconv.ParseInt(v, 10, 64)
+		skip, _ = strconv.ParseInt(pos["gen"], 10, 64)
+	} else if o.StartMs == 0 {
+		o.StartMs = j.cfg.Clock.NowMs()
+	}
+	g := ingest.NewGen(o)
+	var buf []byte
+	for i := int64(0); i < skip; i++ {
+		if _, _, ok := g.Next(buf[:0]); !ok {
+			break
+		}
+	}
+	return &genSource{g: g, start: o.StartMs}, nil
+}
+
+// source is what the driver reads: one record at a time, in arrival order.
+type source interface {
+	// next returns the next payload; arrivalMs is its arrival time when the
+	// source knows it before decoding (0 otherwise). io.EOF ends bounded
+	// input.
+	next() (line []byte, truncated bool, arrivalMs int64, err error)
+	// positions returns the position after the last record returned.
+	positions() map[string]string
+	// virtual reports whether processing time is the records' arrival time.
+	virtual() bool
+	close()
+}
+
+type fileSource struct{ fs *ingest.FileSource }
+
+func (f *fileSource) next() ([]byte, bool, int64, error) {
+	l, tr, err := f.fs.Next()
+	return l, tr, 0, err
+}
+func (f *fileSource) positions() map[string]string {
+	return map[string]string{"file": strconv.FormatInt(f.fs.Offset(), 10)}
+}
+func (f *fileSource) virtual() bool { return true }
+func (f *fileSource) close()        { f.fs.Close() }
+
+type genSource struct {
+	g     *ingest.Gen
+	start int64
+	buf   []byte
+}
+
+func (s *genSource) next() ([]byte, bool, int64, error) {
+	l, arr, ok := s.g.Next(s.buf[:0])
+	if !ok {
+		return nil, false, 0, io.EOF
+	}
+	s.buf = l
+	return l, false, arr, nil
+}
+func (s *genSource) positions() map[string]string {
+	return map[string]string{"gen_start": strconv.FormatInt(s.start, 10), "gen": strconv.FormatInt(s.g.Generated(), 10)}
+}
+func (s *genSource) virtual() bool { return false }
+func (s *genSource) close()        {}

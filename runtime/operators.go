@@ -1,0 +1,438 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/latepath"
+	"github.com/adclick/adclick/preagg"
+	"github.com/adclick/adclick/sink"
+	"github.com/adclick/adclick/state"
+	"github.com/adclick/adclick/windowing"
+)
+
+type msgKind uint8
+
+const (
+	mClicks    msgKind = iota + 1
+	mTick              // processing time moved
+	mWatermark         // a new watermark (also carries processing time)
+	mBarrier
+	mEnd
+)
+
+// toPre is a message from the driver to a pre-aggregator.
+type toPre struct {
+	kind    msgKind
+	clicks  []ingest.Click
+	procMs  int64
+	wm      int64
+	barrier *barrier
+}
+
+// lateClick is a late click on its way to the window subtask owning its ad.
+type lateClick struct {
+	ad             string
+	eventMs, spend int64
+}
+
+// toWin is a message from a pre-aggregator to a window subtask.
+type toWin struct {
+	kind     msgKind
+	from     int
+	partials []preagg.Partial
+	late     []lateClick
+	procMs   int64
+	wm       int64
+	barrier  *barrier
+}
+
+// barrier travels through the graph; resume is closed by the coordinator
+// once the checkpoint is written.
+type barrier struct {
+	id     int64
+	final  bool
+	resume chan struct{}
+}
+
+// ack is an operator's answer to a barrier.
+type ack struct {
+	role  string // "pre" or "win"
+	index int
+	floor int64
+	win   []blob
+	late  []blob
+	err   error
+}
+
+type blob struct {
+	kg   int
+	data []byte
+}
+
+// preSub is one pre-aggregator subtask.
+type preSub struct {
+	idx   int
+	pa    *preagg.PreAgg
+	dedup *state.Dedup
+	in    chan toPre
+	outs  []chan toWin
+	acks  chan<- ack
+	log   *exlog
+	par   int
+	late  [][]lateClick
+	rec   latepath.Record
+	m     *metrics
+}
+
+func (s *preSub) run(ctx context.Context) error {
+	for msg := range s.in {
+		if err := s.handle(ctx, msg); err != nil {
+			return err
+		}
+		if msg.kind == mEnd {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (s *preSub) handle(ctx context.Context, msg toPre) error {
+	switch msg.kind {
+	case mClicks:
+		for i := range msg.clicks {
+			c := &msg.clicks[i]
+			v, err := s.pa.Add(c, windowing.KeyGroup(c.ClickID))
+			if err != nil {
+				return err
+			}
+			if v == preagg.Late {
+				o := windowing.Owner(windowing.KeyGroup(c.AdID), s.par)
+				s.late[o] = append(s.late[o], lateClick{ad: c.AdID, eventMs: c.EventMs, spend: c.SpendMicros})
+			}
+			s.m.verdict(v)
+			if err := s.logClick(c, v.String()); err != nil {
+				return err
+			}
+		}
+		parts, err := s.pa.Tick(msg.procMs)
+		if err != nil {
+			return err
+		}
+		return s.forward(ctx, parts, msg.procMs)
+	case mTick:
+		parts, err := s.pa.Tick(msg.procMs)
+		if err != nil {
+			return err
+		}
+		if err := s.forward(ctx, parts, msg.procMs); err != nil {
+			return err
+		}
+		return s.broadcast(ctx, toWin{kind: mTick, procMs: msg.procMs})
+	case mWatermark:
+		if _, err := s.pa.Tick(msg.procMs); err != nil {
+			return err
+		}
+		parts, err := s.pa.Watermark(msg.wm)
+		if err != nil {
+			return err
+		}
+		// Rule 3: every buffered partial goes before the watermark.
+		if err := s.forward(ctx, parts, msg.procMs); err != nil {
+			return err
+		}
+		return s.broadcast(ctx, toWin{kind: mWatermark, wm: msg.wm, procMs: msg.procMs})
+	case mBarrier:
+		parts, floor := s.pa.Barrier()
+		if err := s.forward(ctx, parts, msg.procMs); err != nil {
+			return err
+		}
+		var err error
+		if s.dedup != nil {
+			err = s.dedup.Commit()
+		}
+		if err == nil {
+			err = s.log.barrier(msg.barrier.id)
+		}
+		if err := s.broadcast(ctx, toWin{kind: mBarrier, barrier: msg.barrier, procMs: msg.procMs}); err != nil {
+			return err
+		}
+		s.acks <- ack{role: "pre", index: s.idx, floor: floor, err: err}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-msg.barrier.resume:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	case mEnd:
+		parts := s.pa.Flush()
+		if err := s.forward(ctx, parts, msg.procMs); err != nil {
+			return err
+		}
+		if err := s.log.close(); err != nil {
+			return err
+		}
+		return s.broadcast(ctx, toWin{kind: mEnd, procMs: msg.procMs})
+	}
+	return nil
+}
+
+func (s *preSub) logClick(c *ingest.Click, verdict string) error {
+	r := &s.rec
+	*r = latepath.Record{Verdict: verdict, ClickID: c.ClickID, AdID: c.AdID, CampaignID: c.CampaignID, DeviceID: c.DeviceID,
+		ImpressionMs: c.ImpressionMs, DeviceMs: c.DeviceMs, EventMs: c.EventMs, ArrivalMs: c.ArrivalMs,
+		SpendMicros: c.SpendMicros, Shard: c.Shard}
+	return s.log.write(r)
+}
+
+// forward sends partials (routed by the ad's key group) and pending late
+// clicks to the window subtasks.
+func (s *preSub) forward(ctx context.Context, parts []preagg.Partial, procMs int64) error {
+	var per [][]preagg.Partial
+	if len(parts) > 0 {
+		per = make([][]preagg.Partial, s.par)
+		for _, p := range parts {
+			o := windowing.Owner(windowing.KeyGroup(p.Ad), s.par)
+			per[o] = append(per[o], p)
+		}
+	}
+	for o := 0; o < s.par; o++ {
+		var ps []preagg.Partial
+		if per != nil {
+			ps = per[o]
+		}
+		if len(ps) == 0 && len(s.late[o]) == 0 {
+			continue
+		}
+		if err := send(ctx, s.outs[o], toWin{kind: mClicks, from: s.idx, partials: ps, late: s.late[o], procMs: procMs}); err != nil {
+			return err
+		}
+		s.late[o] = nil
+	}
+	return nil
+}
+
+func (s *preSub) broadcast(ctx context.Context, m toWin) error {
+	m.from = s.idx
+	for _, out := range s.outs {
+		if err := send(ctx, out, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func send[T any](ctx context.Context, ch chan<- T, m T) error {
+	select {
+	case ch <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// winSub is one window subtask: minute windows, hour roll-up and late
+// totals for the ads of its key groups, and their sink writes.
+type winSub struct {
+	idx      int
+	minutes  *windowing.Minutes
+	late     *latepath.Late
+	in       chan toWin
+	acks     chan<- ack
+	inputs   int
+	wms      []int64
+	procs    []int64
+	wm       int64
+	proc     int64
+	nextEarl int64
+	barriers int
+	ended    int
+	epoch    int64 // the last barrier this subtask passed: the sink tag
+	restored int64 // c: the checkpoint the job restored from
+	gen      int64
+	earlyMs  int64
+	rows     sink.Rows
+	totals   sink.Totals
+	puts     []sink.Put
+	tots     []sink.Total
+	totalsOK bool
+	m        *metrics
+}
+
+func (w *winSub) run(ctx context.Context) error {
+	for msg := range w.in {
+		done, err := w.handle(ctx, msg)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (w *winSub) handle(ctx context.Context, msg toWin) (bool, error) {
+	switch msg.kind {
+	case mClicks:
+		for _, p := range msg.partials {
+			if !w.minutes.Add(p.Ad, p.WindowStart, p.Count, p.SpendMicros) {
+				// Cannot happen with partials flushed before watermarks; if it
+				// did, the clicks are kept as late rather than lost.
+				w.late.Add(p.Ad, p.WindowStart, p.Count, p.SpendMicros)
+			}
+		}
+		for _, l := range msg.late {
+			w.late.Add(l.ad, l.eventMs, 1, l.spend)
+		}
+	case mTick:
+		return false, w.tick(ctx, msg.from, msg.procMs)
+	case mWatermark:
+		if msg.wm > w.wms[msg.from] {
+			w.wms[msg.from] = msg.wm
+		}
+		if m := minOf(w.wms); m > w.wm {
+			w.wm = m
+			w.minutes.Advance(m, w.emit)
+			w.late.Expire(m)
+		}
+		if len(w.puts) >= 2048 {
+			if err := w.flushWrites(ctx); err != nil {
+				return false, err
+			}
+		}
+		return false, w.tick(ctx, msg.from, msg.procMs)
+	case mBarrier:
+		w.barriers++
+		if w.barriers < w.inputs {
+			return false, nil
+		}
+		w.barriers = 0
+		// Everything decided before the barrier is written, tagged with the
+		// epoch before it, before the checkpoint can complete.
+		w.late.Flush(w.emitLate)
+		err := w.flushWrites(ctx)
+		w.epoch = msg.barrier.id
+		a := ack{role: "win", index: w.idx, err: err}
+		if err == nil {
+			a.err = w.minutes.Snapshot(func(kg int, d []byte) error { a.win = append(a.win, blob{kg, d}); return nil })
+		}
+		if a.err == nil {
+			a.err = w.late.Snapshot(func(kg int, d []byte) error { a.late = append(a.late, blob{kg, d}); return nil })
+		}
+		w.acks <- a
+		if a.err != nil {
+			return false, a.err
+		}
+		select {
+		case <-msg.barrier.resume:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	case mEnd:
+		w.ended++
+		if w.ended < w.inputs {
+			return false, nil
+		}
+		w.minutes.Early(w.emitRunning)
+		w.late.Flush(w.emitLate)
+		return true, w.flushWrites(ctx)
+	}
+	return false, nil
+}
+
+// tick runs the processing-time trigger: running totals every EarlyFiringMs
+// of the slowest input's processing time, with the late totals and the
+// pending row writes.
+func (w *winSub) tick(ctx context.Context, from int, procMs int64) error {
+	if procMs > w.procs[from] {
+		w.procs[from] = procMs
+	}
+	p := minOf(w.procs)
+	if p <= w.proc {
+		return nil
+	}
+	w.proc = p
+	if w.nextEarl == 0 {
+		w.nextEarl = p + w.earlyMs
+		return nil
+	}
+	if p < w.nextEarl {
+		return nil
+	}
+	w.nextEarl = p + w.earlyMs
+	w.minutes.Early(w.emitRunning)
+	w.late.Flush(w.emitLate)
+	return w.flushWrites(ctx)
+}
+
+func (w *winSub) emit(r windowing.Row) {
+	k := sink.Key{Entity: r.Ad}
+	if r.Hour {
+		k.Bucket = sink.HourBucket(r.StartMs)
+	} else {
+		k.Bucket = sink.MinuteBucket(r.StartMs)
+		// The final minute total for dashboards goes with the row.
+		w.tots = append(w.tots, sink.Total{Ad: r.Ad, StartMs: r.StartMs, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: w.epoch})
+	}
+	w.puts = append(w.puts, sink.Put{Key: k, Writer: sink.Fast, Valid: r.Valid, SpendMicros: r.SpendMicros,
+		Epoch: w.epoch, Gen: w.gen, ClosedRow: !r.Hour, RestoredCkpt: w.restored})
+}
+
+func (w *winSub) emitRunning(r windowing.Running) {
+	w.tots = append(w.tots, sink.Total{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: w.epoch})
+}
+
+func (w *winSub) emitLate(t latepath.Total) {
+	w.puts = append(w.puts, sink.Put{Key: sink.Key{Entity: t.Ad, Bucket: sink.HourBucket(t.HourMs)}, Writer: sink.Late,
+		Valid: t.Valid, SpendMicros: t.SpendMicros, Epoch: w.epoch, Gen: w.gen})
+}
+
+// flushWrites writes the pending rows (billing: an error stops the job) and
+// running totals (dashboards: an error is counted and the totals are
+// rewritten from state once the store answers again).
+func (w *winSub) flushWrites(ctx context.Context) error {
+	if len(w.puts) > 0 {
+		refused, err := w.rows.Put(ctx, w.puts)
+		if err != nil {
+			return fmt.Errorf("runtime: write rows: %w", err)
+		}
+		w.m.rowsWritten.Add(float64(len(w.puts)))
+		w.m.refused.Add(float64(refused))
+		w.puts = w.puts[:0]
+	}
+	if w.totals != nil && len(w.tots) > 0 {
+		if !w.totalsOK {
+			// Rewrite everything state holds, then the pending ones.
+			var all []sink.Total
+			w.minutes.Totals(func(r windowing.Running) {
+				all = append(all, sink.Total{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: w.epoch})
+			})
+			w.tots = append(all, w.tots...)
+		}
+		if err := w.totals.SetTotals(ctx, w.tots); err != nil {
+			if w.totalsOK {
+				w.m.totalsErrors.Inc()
+			}
+			w.totalsOK = false
+			w.tots = w.tots[:0]
+			return nil
+		}
+		w.totalsOK = true
+		w.tots = w.tots[:0]
+	}
+	w.tots = w.tots[:0]
+	return nil
+}
+
+func minOf(v []int64) int64 {
+	m := int64(math.MaxInt64)
+	for _, x := range v {
+		m = min(m, x)
+	}
+	return m
+}
