@@ -30,6 +30,7 @@ type driver struct {
 	records  int64
 	invalid  int64
 	log      *exlog
+	pending  bool // a record has been read from the source but not yet routed
 	rec      latepath.Record
 	c        ingest.Click
 }
@@ -65,6 +66,7 @@ func (d *driver) run(ctx, runCtx context.Context) error {
 		if err != nil {
 			return err
 		}
+		d.pending = true
 		if !virtual {
 			if err := d.waitUntil(ctx, runCtx, arr); err != nil {
 				return err
@@ -77,6 +79,7 @@ func (d *driver) run(ctx, runCtx context.Context) error {
 		if err := d.consume(runCtx, line, truncated, virtual); err != nil {
 			return err
 		}
+		d.pending = false
 		d.records++
 		if n := d.j.cfg.FailAfterRecords; n > 0 && d.records >= n {
 			d.j.cfg.Crash()
@@ -247,6 +250,7 @@ func (d *driver) stop(ctx context.Context, endOfInput bool) error {
 		}
 		d.publish(d.procMs, wm)
 	}
+	d.pending = false
 	return d.stopBefore(ctx)
 }
 
@@ -277,7 +281,7 @@ func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) error
 	if err := d.flushBatches(ctx); err != nil {
 		return err
 	}
-	positions := d.src.positions()
+	positions := d.src.positions(d.pending)
 	if err := d.log.barrier(id); err != nil {
 		return err
 	}

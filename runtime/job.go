@@ -356,7 +356,7 @@ func (j *Job) openSource() (source, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &fileSource{fs: fs}, nil
+		return &fileSource{fs: fs, prev: off}, nil
 	}
 	o := j.cfg.Gen
 	var skip int64
@@ -382,21 +382,31 @@ type source interface {
 	// source knows it before decoding (0 otherwise). io.EOF ends bounded
 	// input.
 	next() (line []byte, truncated bool, arrivalMs int64, err error)
-	// positions returns the position after the last record returned.
-	positions() map[string]string
+	// positions returns the position after the last record returned, or,
+	// when pending is set, before it (it has been read but not yet routed,
+	// so a checkpoint must not cover it).
+	positions(pending bool) map[string]string
 	// virtual reports whether processing time is the records' arrival time.
 	virtual() bool
 	close()
 }
 
-type fileSource struct{ fs *ingest.FileSource }
+type fileSource struct {
+	fs   *ingest.FileSource
+	prev int64 // offset before the last line returned
+}
 
 func (f *fileSource) next() ([]byte, bool, int64, error) {
+	f.prev = f.fs.Offset()
 	l, tr, err := f.fs.Next()
 	return l, tr, 0, err
 }
-func (f *fileSource) positions() map[string]string {
-	return map[string]string{"file": strconv.FormatInt(f.fs.Offset(), 10)}
+func (f *fileSource) positions(pending bool) map[string]string {
+	off := f.fs.Offset()
+	if pending {
+		off = f.prev
+	}
+	return map[string]string{"file": strconv.FormatInt(off, 10)}
 }
 func (f *fileSource) virtual() bool { return true }
 func (f *fileSource) close()        { f.fs.Close() }
@@ -415,8 +425,12 @@ func (s *genSource) next() ([]byte, bool, int64, error) {
 	s.buf = l
 	return l, false, arr, nil
 }
-func (s *genSource) positions() map[string]string {
-	return map[string]string{"gen_start": strconv.FormatInt(s.start, 10), "gen": strconv.FormatInt(s.g.Generated(), 10)}
+func (s *genSource) positions(pending bool) map[string]string {
+	n := s.g.Generated()
+	if pending {
+		n--
+	}
+	return map[string]string{"gen_start": strconv.FormatInt(s.start, 10), "gen": strconv.FormatInt(n, 10)}
 }
 func (s *genSource) virtual() bool { return false }
 func (s *genSource) close()        {}
