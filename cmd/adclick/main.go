@@ -26,8 +26,9 @@ Usage:
   adclick rows  [flags]   print the stored ad_metrics rows as JSON Lines
   adclick help            this text
 
-Every flag can also be set with an environment variable: --data-dir is
-ADCLICK_DATA (the flag name in upper case, '-' as '_', prefixed ADCLICK_).
+Every flag can also be set with an environment variable: --data is
+ADCLICK_DATA, --job-gen is ADCLICK_JOB_GEN (the flag name in upper case,
+'-' as '_', prefixed ADCLICK_).
 A flag on the command line wins over the environment.
 
 Run "adclick <command> --help" for the flags of a command.

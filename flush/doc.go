@@ -1,0 +1,35 @@
+// Package flush undoes, after a restore, what a job wrote after the
+// checkpoint it restored from, and after a blue/green switch, what the old
+// job version wrote after the savepoint the new one started from (seed 001
+// Parts 8 and 9, DESIGN.md §6).
+//
+// Every sink write carries its writer's tag (<w>_ckpt, the id of the last
+// barrier the writing subtask passed) and an index key "<epoch>#<shard>"
+// (<w>_ix), so the values written since checkpoint c are found by querying
+// each writer's tag index for every epoch ≥ c and every index shard, without
+// reading the rest of the table. The cost of a flush is therefore
+// proportional to what was written since the checkpoint, not to the size of
+// the table.
+//
+// The package has two halves, in the manner of a pure state machine driven
+// from outside:
+//
+//   - Decide is the pure half: given one item found through writer w's index,
+//     the restored checkpoint c and what restored state knows, it returns the
+//     Action to take (Keep, DeleteItem, RemoveAttrs or RewriteLate). It does
+//     no I/O, reads no clock and starts no goroutines.
+//   - Full and Sweep are the drivers: they query the tag indexes of a
+//     sink.Rows, apply the actions with the store's conditional writes,
+//     rewrite and delete running totals in a sink.Totals, and rate-limit
+//     their own writes with a token bucket so that live output keeps its
+//     write capacity.
+//
+// The runtime calls Full after restoring state and before reading any input
+// (every start from a checkpoint or a savepoint), and Sweep once the old
+// version of a blue/green pair has stopped writing. Both are idempotent and
+// restartable: if the process dies part way, running them again from the
+// start gives the same result as one clean run.
+//
+// Neither driver starts goroutines; both are safe to call concurrently only
+// on disjoint stores (two flushes over the same table are not coordinated).
+package flush

@@ -1,0 +1,215 @@
+package story
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/adclick/adclick/preagg"
+)
+
+// dedupKey is a click id in its key group.
+type dedupKey struct {
+	kg int
+	id string
+}
+
+// snapDedup is the pre-aggregator's dedup store for the harness: the real
+// preagg.MemDedup, plus a shadow copy of its ids that a checkpoint can copy
+// (MemDedup keeps its map private). Both see every Insert and Expire.
+type snapDedup struct {
+	mem    *preagg.MemDedup
+	shadow map[dedupKey]int64
+}
+
+var _ preagg.Dedup = (*snapDedup)(nil)
+
+func newSnapDedup() *snapDedup {
+	return &snapDedup{mem: preagg.NewMemDedup(), shadow: make(map[dedupKey]int64)}
+}
+
+func (d *snapDedup) Insert(kg int, id string, expiryMs int64) (bool, error) {
+	ok, err := d.mem.Insert(kg, id, expiryMs)
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		d.shadow[dedupKey{kg, id}] = expiryMs
+	}
+	return ok, nil
+}
+
+func (d *snapDedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
+	if err := d.mem.Expire(kgFrom, kgTo, beforeMs); err != nil {
+		return err
+	}
+	for k, exp := range d.shadow {
+		if k.kg >= kgFrom && k.kg < kgTo && exp < beforeMs {
+			delete(d.shadow, k)
+		}
+	}
+	return nil
+}
+
+// load puts a restored id into both copies.
+func (d *snapDedup) load(kg int, id string, expiryMs int64) error {
+	_, err := d.Insert(kg, id, expiryMs)
+	return err
+}
+
+// Value is one writer's attributes of a row: its count, spend and tag.
+type Value struct {
+	Valid, SpendMicros, Epoch int64
+}
+
+// Key is a row or total key: an ad and the start of its window or hour.
+type Key struct {
+	Ad      string
+	StartMs int64
+	Hour    bool
+}
+
+// Sink models the row store and the running-total store as a reader would
+// see them: minute rows (fast_*) written with the closed-row condition, hour
+// rows with the fast_* roll-up and the late_* total as separate writers'
+// attributes, and running totals. Restore flushes it as the full flush does.
+type Sink struct {
+	minutes  map[Key]Value
+	hourFast map[Key]Value
+	late     map[Key]Value
+	totals   map[Key]Value
+	refused  int
+}
+
+func newSink() *Sink {
+	return &Sink{minutes: map[Key]Value{}, hourFast: map[Key]Value{}, late: map[Key]Value{}, totals: map[Key]Value{}}
+}
+
+// putMinute writes a closed minute with the closed-row condition: refused
+// when the row carries a tag below the restored checkpoint c.
+func (k *Sink) putMinute(r RowOut, c int64) bool {
+	key := Key{r.Ad, r.StartMs, false}
+	if old, ok := k.minutes[key]; ok && old.Epoch < c {
+		k.refused++
+		return false
+	}
+	k.minutes[key] = Value{r.Valid, r.SpendMicros, r.Epoch}
+	return true
+}
+
+func (k *Sink) putHourFast(r RowOut) {
+	k.hourFast[Key{r.Ad, r.StartMs, true}] = Value{r.Valid, r.SpendMicros, r.Epoch}
+}
+
+func (k *Sink) putLate(r RowOut) {
+	k.late[Key{r.Ad, r.StartMs, true}] = Value{r.Valid, r.SpendMicros, r.Epoch}
+}
+
+func (k *Sink) setTotal(r RowOut) {
+	k.totals[Key{r.Ad, r.StartMs, r.Hour}] = Value{r.Valid, r.SpendMicros, r.Epoch}
+}
+
+// flush is the full flush after restoring checkpoint c: minute rows and
+// hour fast_* attributes tagged ≥ c are removed; late totals tagged ≥ c are
+// rewritten from restored state, or removed if state lacks them; running
+// totals are rewritten from restored state and those tagged ≥ c that state
+// lacks are removed.
+func (k *Sink) flush(c int64, late func(ad string, hourMs int64) (int64, int64, bool), totals func(func(RowOut))) {
+	for key, v := range k.minutes {
+		if v.Epoch >= c {
+			delete(k.minutes, key)
+		}
+	}
+	for key, v := range k.hourFast {
+		if v.Epoch >= c {
+			delete(k.hourFast, key)
+		}
+	}
+	for key, v := range k.late {
+		if v.Epoch < c {
+			continue
+		}
+		if n, sp, ok := late(key.Ad, key.StartMs); ok {
+			k.late[key] = Value{n, sp, c}
+		} else {
+			delete(k.late, key)
+		}
+	}
+	state := map[Key]Value{}
+	totals(func(r RowOut) { state[Key{r.Ad, r.StartMs, r.Hour}] = Value{r.Valid, r.SpendMicros, c} })
+	for key, v := range k.totals {
+		if _, ok := state[key]; !ok && v.Epoch >= c {
+			delete(k.totals, key)
+		}
+	}
+	for key, v := range state {
+		k.totals[key] = v
+	}
+}
+
+// Refused returns the number of minute-row writes the closed-row condition
+// refused.
+func (k *Sink) Refused() int { return k.refused }
+
+// Minute returns the minute row of (ad, startMs).
+func (k *Sink) Minute(ad string, startMs int64) (Value, bool) {
+	v, ok := k.minutes[Key{ad, startMs, false}]
+	return v, ok
+}
+
+// HourFast returns the fast_* attributes of the hour row of (ad, hourMs).
+func (k *Sink) HourFast(ad string, hourMs int64) (Value, bool) {
+	v, ok := k.hourFast[Key{ad, hourMs, true}]
+	return v, ok
+}
+
+// Late returns the late_* attributes of the hour row of (ad, hourMs).
+func (k *Sink) Late(ad string, hourMs int64) (Value, bool) {
+	v, ok := k.late[Key{ad, hourMs, true}]
+	return v, ok
+}
+
+// Total returns a running total.
+func (k *Sink) Total(key Key) (Value, bool) {
+	v, ok := k.totals[key]
+	return v, ok
+}
+
+// Minutes returns every minute row, sorted by ad then start.
+func (k *Sink) Minutes() []Key { return sortedKeys(k.minutes) }
+
+// HourRows returns the keys of every hour row that has fast_* or late_*
+// attributes, sorted.
+func (k *Sink) HourRows() []Key {
+	m := map[Key]Value{}
+	for key, v := range k.hourFast {
+		m[key] = v
+	}
+	for key, v := range k.late {
+		m[key] = v
+	}
+	return sortedKeys(m)
+}
+
+// Totals returns the keys of every running total, sorted.
+func (k *Sink) Totals() []Key { return sortedKeys(k.totals) }
+
+func sortedKeys(m map[Key]Value) []Key {
+	out := make([]Key, 0, len(m))
+	for key := range m {
+		out = append(out, key)
+	}
+	slices.SortFunc(out, func(a, b Key) int {
+		return cmp.Or(cmp.Compare(a.Ad, b.Ad), cmp.Compare(a.StartMs, b.StartMs), boolCmp(a.Hour, b.Hour))
+	})
+	return out
+}
+
+func boolCmp(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}

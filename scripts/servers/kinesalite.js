@@ -1,0 +1,34 @@
+#!/usr/bin/env node
+// Starts kinesalite (a local Kinesis Data Streams server) on 127.0.0.1.
+// Usage: node kinesalite.js PORT
+//
+// Streams become ACTIVE at once (no CREATING/UPDATING/DELETING delay) and the
+// shard limit is raised so tests can create many multi-shard streams.
+'use strict';
+
+const port = Number(process.argv[2]);
+if (!Number.isInteger(port) || port <= 0 || port > 65535) {
+  console.error('usage: node kinesalite.js PORT');
+  process.exit(2);
+}
+
+const server = require('kinesalite')({
+  createStreamMs: 0,
+  deleteStreamMs: 0,
+  updateStreamMs: 0,
+  shardLimit: 100,
+});
+
+server.on('error', (err) => {
+  console.error('kinesalite: ' + err.message);
+  process.exit(1);
+});
+
+server.listen(port, '127.0.0.1', () => {
+  const a = server.address();
+  console.log('kinesalite listening at http://%s:%d', a.address, a.port);
+});
+
+for (const sig of ['SIGINT', 'SIGTERM']) {
+  process.on(sig, () => process.exit(0));
+}

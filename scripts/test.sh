@@ -1,0 +1,352 @@
+#!/usr/bin/env bash
+# The project's test command: installs what the integration tests need,
+# starts local stand-ins for Kinesis, DynamoDB, S3 and Valkey on 127.0.0.1,
+# runs go vet and the whole test suite (unit and integration) against them,
+# and stops every server it started, whatever happens.
+#
+# Usage:
+#   ./scripts/test.sh                      go vet + go test of ./...
+#   ./scripts/test.sh [ARGS...]            ARGS are passed to go test
+#   ./scripts/test.sh --servers-only       start the servers, print the
+#                                          export lines, wait for Ctrl-C
+#
+# Argument handling: every argument is given to `go test` after the default
+# flags (-race -tags integration -timeout 40m), so a later flag wins, e.g.
+# `-timeout 5m` or `-race=false`. Arguments that start with ./ or ../ or the
+# module path (github.com/adclick/adclick) are package patterns: when there
+# is none, ./... is added. go vet runs on the same packages. Write flag
+# values that look like paths as -flag=value (-coverprofile=./c.out).
+# Everything from -args on goes last, to the test binaries.
+# Examples:
+#   ./scripts/test.sh -run TestSmoke ./internal/testenv/...
+#   ./scripts/test.sh -count=1 -v ./sink/...
+#
+# Environment:
+#   ADCLICK_TEST_KEEP=1        keep the temporary folder (logs, S3 data)
+#   ADCLICK_TEST_NO_VET=1      skip go vet
+#   ADCLICK_TEST_READY_SECS=N  readiness timeout per server (default 60)
+#
+# Needs: Go, Node.js >= 20 with npm. redis-server is installed with apt-get
+# when it is missing; the npm servers are installed with `npm ci` from
+# scripts/servers/package-lock.json when node_modules is out of date.
+# shellcheck disable=SC2317 # functions run from traps look unreachable
+set -euo pipefail
+
+readonly MODULE=github.com/adclick/adclick
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+readonly ROOT
+readonly SERVERS_DIR="$ROOT/scripts/servers"
+readonly READY_SECS="${ADCLICK_TEST_READY_SECS:-60}"
+
+step() { printf '\n==> [%3ds] %s\n' "$SECONDS" "$*"; }
+info() { printf '    %s\n' "$*"; }
+die() {
+	printf 'test.sh: error: %s\n' "$*" >&2
+	exit 1
+}
+
+# ---------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------
+SERVERS_ONLY=0
+GO_ARGS=()
+PKGS=()
+TEST_BINARY_ARGS=() # -args and what follows it: for the test binaries
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+	arg=${args[$i]}
+	case "$arg" in
+	--servers-only) SERVERS_ONLY=1 ;;
+	-h | --help)
+		awk 'NR > 1 && /^# shellcheck/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"
+		exit 0
+		;;
+	-args | --args)
+		TEST_BINARY_ARGS=("${args[@]:i}")
+		break
+		;;
+	./* | ../* | . | .. | "$MODULE" | "$MODULE"/*)
+		GO_ARGS+=("$arg")
+		PKGS+=("$arg")
+		;;
+	*) GO_ARGS+=("$arg") ;;
+	esac
+done
+if [ "${#PKGS[@]}" -eq 0 ]; then
+	PKGS=(./...)
+	GO_ARGS+=(./...)
+fi
+GO_ARGS+=(${TEST_BINARY_ARGS[@]+"${TEST_BINARY_ARGS[@]}"})
+if [ "$SERVERS_ONLY" -eq 1 ] && [ "$#" -gt 1 ]; then
+	die "--servers-only takes no other arguments"
+fi
+
+cd "$ROOT"
+
+# ---------------------------------------------------------------------------
+# Cleanup: stop every server we started, by process group, in an EXIT trap.
+# ---------------------------------------------------------------------------
+TMP=""
+PIDS=()   # server PIDs; each is the leader of its own process group
+NAMES=()
+WAITER="" # the sleep of --servers-only
+SERVING=0 # 1 while --servers-only waits for Ctrl-C
+KEEP_TMP="${ADCLICK_TEST_KEEP:-0}"
+
+group_alive() { kill -0 -- "-$1" 2>/dev/null; }
+
+stop_servers() {
+	local i pid n
+	if [ -n "$WAITER" ]; then kill "$WAITER" 2>/dev/null || true; fi
+	[ "${#PIDS[@]}" -eq 0 ] && return 0
+	for pid in "${PIDS[@]}"; do
+		kill -TERM -- "-$pid" 2>/dev/null || true
+	done
+	# Grace period: up to 5 s for all groups to go away.
+	for ((n = 0; n < 50; n++)); do
+		local any=0
+		for pid in "${PIDS[@]}"; do
+			if group_alive "$pid"; then any=1; fi
+		done
+		[ "$any" -eq 0 ] && break
+		sleep 0.1
+	done
+	for i in "${!PIDS[@]}"; do
+		pid="${PIDS[$i]}"
+		if group_alive "$pid"; then
+			printf 'test.sh: %s (pid %s) did not stop on SIGTERM; sending SIGKILL\n' "${NAMES[$i]}" "$pid" >&2
+			kill -KILL -- "-$pid" 2>/dev/null || true
+		fi
+		wait "$pid" 2>/dev/null || true
+	done
+	PIDS=()
+	NAMES=()
+}
+
+on_exit() {
+	local rc=$?
+	trap - EXIT INT TERM HUP
+	set +e
+	stop_servers
+	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
+		if [ "$rc" -ne 0 ] || [ "$KEEP_TMP" = 1 ]; then
+			printf '\ntest.sh: server logs kept in %s\n' "$TMP" >&2
+		else
+			rm -rf "$TMP"
+		fi
+	fi
+	exit "$rc"
+}
+trap on_exit EXIT
+# Ctrl-C is the normal end of --servers-only, once the servers are serving.
+trap 'if [ "$SERVING" -eq 1 ]; then exit 0; fi; exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# ---------------------------------------------------------------------------
+# Tools and installation
+# ---------------------------------------------------------------------------
+as_root() {
+	if [ "$(id -u)" -eq 0 ]; then
+		"$@"
+	elif command -v sudo >/dev/null 2>&1; then
+		sudo "$@"
+	else
+		die "need root to run: $* (install it yourself, or install sudo)"
+	fi
+}
+
+step "checking tools"
+command -v go >/dev/null 2>&1 || die "go is not on PATH"
+command -v node >/dev/null 2>&1 || die "node (Node.js >= 20) is not on PATH"
+command -v npm >/dev/null 2>&1 || die "npm is not on PATH"
+node_major="$(node -p 'process.versions.node.split(".")[0]')"
+[ "$node_major" -ge 20 ] || die "Node.js >= 20 is needed (dynalite 4), found $(node --version)"
+info "$(go version)"
+info "node $(node --version), npm $(npm --version)"
+
+if ! command -v redis-server >/dev/null 2>&1; then
+	step "installing redis-server (apt-get)"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server
+	command -v redis-server >/dev/null 2>&1 || die "redis-server is still not on PATH after apt-get install"
+fi
+
+# npm ci wipes and reinstalls node_modules; skip it when the stamp written by
+# the last successful install matches the lock file and the Node version.
+stamp_file="$SERVERS_DIR/node_modules/.adclick-install-stamp"
+want_stamp="$(cat "$SERVERS_DIR/package-lock.json" "$SERVERS_DIR/package.json" | sha256sum | cut -d' ' -f1) node-$(node --version)"
+if [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$want_stamp" ]; then
+	step "npm servers are up to date (scripts/servers/node_modules)"
+else
+	step "installing npm servers (npm ci in scripts/servers)"
+	t0=$SECONDS
+	# --ignore-scripts: the only install scripts are node-gyp-build checks of
+	# leveldown/classic-level, whose prebuilt N-API binaries ship in the
+	# packages; no compiler is needed. The load check below proves it.
+	(cd "$SERVERS_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+	(cd "$SERVERS_DIR" && node -e "require('leveldown'); require('classic-level')") ||
+		die "the native modules of leveldown/classic-level do not load on this platform"
+	printf '%s\n' "$want_stamp" >"$stamp_file"
+	info "installed in $((SECONDS - t0))s"
+fi
+
+# ---------------------------------------------------------------------------
+# Servers
+# ---------------------------------------------------------------------------
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/adclick-test.XXXXXX")"
+mkdir -p "$TMP/s3" "$TMP/redis"
+readonly NM="$SERVERS_DIR/node_modules"
+readonly SERVER_NAMES=(kinesalite dynalite s3rver redis)
+declare -A KIND=([kinesalite]=kinesis [dynalite]=dynamodb [s3rver]=s3 [redis]=redis)
+declare -A SPID=() SPORT=() WPID=()
+
+# server_cmd NAME PORT: sets CMD to the command line that starts NAME.
+server_cmd() {
+	case "$1" in
+	kinesalite) CMD=(node "$SERVERS_DIR/kinesalite.js" "$2") ;;
+	dynalite) CMD=(node "$NM/dynalite/cli.js" --host 127.0.0.1 --port "$2"
+		--createTableMs 0 --deleteTableMs 0 --updateTableMs 0) ;;
+	s3rver) CMD=(node "$NM/s3rver/bin/s3rver.js" -d "$TMP/s3" -a 127.0.0.1 -p "$2") ;;
+	redis) CMD=(redis-server --bind 127.0.0.1 --port "$2" --save '' --appendonly no
+		--dir "$TMP/redis") ;;
+	esac
+}
+
+# start_server NAME PORT: starts NAME in its own session and process group
+# (so that stopping the group also stops any child it has), output in
+# $TMP/NAME.log.
+start_server() {
+	local name=$1 port=$2
+	server_cmd "$name" "$port"
+	setsid "${CMD[@]}" >"$TMP/$name.log" 2>&1 </dev/null &
+	SPID[$name]=$!
+	SPORT[$name]=$port
+	PIDS+=("$!")
+	NAMES+=("$name")
+}
+
+# wait_ready NAME: waits until NAME answers a real request of its protocol,
+# or fails when it exits or READY_SECS pass.
+wait_ready() {
+	local name=$1
+	node "$SERVERS_DIR/wait-ready.js" "${KIND[$name]}" "${SPORT[$name]}" "${SPID[$name]}" "$READY_SECS" \
+		2>"$TMP/$name.ready"
+}
+
+# discard_server NAME ATTEMPT: reports why NAME did not start, stops it and
+# forgets it.
+discard_server() {
+	local name=$1 attempt=$2 pid=${SPID[$1]} i
+	printf 'test.sh: %s did not start on port %s (attempt %d):\n' "$name" "${SPORT[$name]}" "$attempt" >&2
+	sed 's/^/    | /' "$TMP/$name.ready" >&2 || true
+	echo "    | last lines of $name.log:" >&2
+	tail -n 20 "$TMP/$name.log" | sed 's/^/    | /' >&2 || true
+	kill -TERM -- "-$pid" 2>/dev/null || true
+	sleep 0.2
+	kill -KILL -- "-$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	for i in "${!PIDS[@]}"; do
+		if [ "${PIDS[$i]}" = "$pid" ]; then unset 'PIDS[i]' 'NAMES[i]'; fi
+	done
+	PIDS=("${PIDS[@]}")
+	NAMES=("${NAMES[@]}")
+	mv "$TMP/$name.log" "$TMP/$name.log.$attempt" 2>/dev/null || true
+}
+
+pkg_version() { node -p "require('$NM/$1/package.json').version"; }
+
+step "starting servers on 127.0.0.1 (logs in $TMP)"
+t0=$SECONDS
+# Ports the kernel reports free, all different. Another process could take
+# one before the server binds it, so a server that fails gets two more tries
+# on fresh ports.
+mapfile -t ports < <(node "$SERVERS_DIR/free-ports.js" "${#SERVER_NAMES[@]}")
+[ "${#ports[@]}" -eq "${#SERVER_NAMES[@]}" ] || die "could not find free ports"
+for i in "${!SERVER_NAMES[@]}"; do
+	start_server "${SERVER_NAMES[$i]}" "${ports[$i]}"
+done
+for name in "${SERVER_NAMES[@]}"; do
+	wait_ready "$name" &
+	WPID[$name]=$!
+done
+failed=()
+for name in "${SERVER_NAMES[@]}"; do
+	wait "${WPID[$name]}" || failed+=("$name")
+done
+for name in ${failed[@]+"${failed[@]}"}; do
+	ok=0
+	for attempt in 1 2 3; do
+		if [ "$attempt" -gt 1 ]; then
+			start_server "$name" "$(node "$SERVERS_DIR/free-ports.js" 1)"
+			if wait_ready "$name"; then
+				ok=1
+				break
+			fi
+		fi
+		discard_server "$name" "$attempt"
+	done
+	[ "$ok" -eq 1 ] || die "$name could not be started; logs in $TMP"
+done
+KINESIS_PORT=${SPORT[kinesalite]}
+DYNAMODB_PORT=${SPORT[dynalite]}
+S3_PORT=${SPORT[s3rver]}
+REDIS_PORT=${SPORT[redis]}
+info "kinesalite $(pkg_version kinesalite)   http://127.0.0.1:$KINESIS_PORT"
+info "dynalite $(pkg_version dynalite)     http://127.0.0.1:$DYNAMODB_PORT"
+info "s3rver $(pkg_version s3rver)       http://127.0.0.1:$S3_PORT"
+info "$(redis-server --version | cut -d' ' -f1-3)  127.0.0.1:$REDIS_PORT"
+info "all ready in $((SECONDS - t0))s"
+
+# The SDK reads these; nothing from the developer's own AWS setup may leak in.
+unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL \
+	AWS_IGNORE_CONFIGURED_ENDPOINT_URLS AWS_ROLE_ARN AWS_WEB_IDENTITY_TOKEN_FILE \
+	AWS_CONTAINER_CREDENTIALS_FULL_URI AWS_CONTAINER_CREDENTIALS_RELATIVE_URI
+: >"$TMP/aws-config"
+: >"$TMP/aws-credentials"
+export AWS_CONFIG_FILE="$TMP/aws-config"
+export AWS_SHARED_CREDENTIALS_FILE="$TMP/aws-credentials"
+export AWS_ENDPOINT_URL_KINESIS="http://127.0.0.1:$KINESIS_PORT"
+export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$DYNAMODB_PORT"
+export AWS_ENDPOINT_URL_S3="http://127.0.0.1:$S3_PORT"
+export ADCLICK_TEST_VALKEY="127.0.0.1:$REDIS_PORT"
+export AWS_REGION=us-east-1
+export AWS_ACCESS_KEY_ID=S3RVER # s3rver accepts only this pair; the others accept any
+export AWS_SECRET_ACCESS_KEY=S3RVER
+export AWS_EC2_METADATA_DISABLED=true
+
+if [ "$SERVERS_ONLY" -eq 1 ]; then
+	step "servers are running; in another shell:"
+	for v in AWS_ENDPOINT_URL_KINESIS AWS_ENDPOINT_URL_DYNAMODB AWS_ENDPOINT_URL_S3 \
+		ADCLICK_TEST_VALKEY AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY \
+		AWS_EC2_METADATA_DISABLED AWS_CONFIG_FILE AWS_SHARED_CREDENTIALS_FILE; do
+		printf 'export %s=%q\n' "$v" "${!v}"
+	done
+	printf '\nthen: go test -race -tags integration ./...\n'
+	printf 'Press Ctrl-C to stop the servers.\n'
+	SERVING=1
+	while :; do
+		sleep 5 &
+		WAITER=$!
+		wait "$WAITER" || true
+		WAITER=""
+		for i in "${!PIDS[@]}"; do
+			group_alive "${PIDS[$i]}" || die "${NAMES[$i]} exited; log: $TMP/${NAMES[$i]}.log"
+		done
+	done
+fi
+
+# ---------------------------------------------------------------------------
+# Vet and test
+# ---------------------------------------------------------------------------
+if [ "${ADCLICK_TEST_NO_VET:-0}" != 1 ]; then
+	step "go vet -tags integration ${PKGS[*]}"
+	go vet -tags integration "${PKGS[@]}"
+fi
+
+step "go test -race -tags integration -timeout 40m ${GO_ARGS[*]}"
+t0=$SECONDS
+rc=0
+go test -race -tags integration -timeout 40m "${GO_ARGS[@]}" || rc=$?
+step "go test exited with $rc after $((SECONDS - t0))s"
+exit "$rc"

@@ -1,0 +1,441 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/adclick/adclick/sink"
+)
+
+// API is the part of the DynamoDB client a Store uses. *dynamodb.Client
+// implements it; tests supply fakes that inject faults.
+type API interface {
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
+	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+}
+
+var _ API = (*dynamodb.Client)(nil)
+
+// Store is the ad_metrics table on DynamoDB, a sink.Rows. It is safe for
+// concurrent use.
+type Store struct {
+	api API
+	o   Options
+	m   *metrics
+	sem chan struct{} // one token per request in flight
+	ex  map[sink.Writer]*writerExprs
+}
+
+var _ sink.Rows = (*Store)(nil)
+
+// writerExprs are the expressions of one tagged writer, built once.
+type writerExprs struct {
+	names        map[string]string // for Put: #v #s #c #ix #g #jg
+	update       string            // SET of all five attributes and job_gen
+	cond         string            // job_gen fence
+	condClosed   string            // job_gen fence AND closed-row condition
+	removeNames  map[string]string // #v #s #c #ix #g
+	removeUpdate string            // REMOVE of the five attributes
+	removeCond   string            // #c = :c
+	deleteNames  map[string]string // #c and every other writer's attributes
+	deleteCond   string            // #c = :c AND no other writer's attributes
+}
+
+func buildExprs(w sink.Writer) *writerExprs {
+	a := attrsOf(w)
+	e := &writerExprs{
+		names:        map[string]string{"#v": a.valid, "#s": a.spend, "#c": a.ckpt, "#ix": a.ix, "#g": a.gen, "#jg": attrJobGen},
+		update:       "SET #v = :v, #s = :s, #c = :c, #ix = :ix, #g = :g, #jg = :g",
+		cond:         "(attribute_not_exists(#jg) OR #jg <= :g)",
+		removeNames:  map[string]string{"#v": a.valid, "#s": a.spend, "#c": a.ckpt, "#ix": a.ix, "#g": a.gen},
+		removeUpdate: "REMOVE #v, #s, #c, #ix, #g",
+		removeCond:   "#c = :c",
+		deleteNames:  map[string]string{"#c": a.ckpt},
+	}
+	e.condClosed = e.cond + " AND (attribute_not_exists(#c) OR #c >= :rc)"
+	other := sink.Late
+	if w == sink.Late {
+		other = sink.Fast
+	}
+	others := append(attrsOf(other).all(), attrFinalValid, attrFinalSpend, attrFinalGen, attrFinalAt)
+	conds := []string{"#c = :c"}
+	for i, name := range others {
+		ph := fmt.Sprintf("#o%d", i)
+		e.deleteNames[ph] = name
+		conds = append(conds, "attribute_not_exists("+ph+")")
+	}
+	e.deleteCond = strings.Join(conds, " AND ")
+	return e
+}
+
+// Expressions of PutFinal.
+var (
+	finalNames  = map[string]string{"#v": attrFinalValid, "#s": attrFinalSpend, "#g": attrFinalGen, "#a": attrFinalAt}
+	finalUpdate = "SET #v = :v, #s = :s, #g = :g, #a = :a"
+	finalCond   = "attribute_not_exists(#g) OR #g <= :g"
+)
+
+// New returns a Store on the table o.Table through client. It fills o's
+// defaults, validates it and registers the metrics; it does not touch the
+// table (see CreateTable). The client should not retry by itself (see
+// NewClient): the Store retries throttling, 5xx and transport errors.
+func New(client API, o Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("dynamo: nil client")
+	}
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(o.Registerer, o.Table)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{
+		api: client,
+		o:   o,
+		m:   m,
+		sem: make(chan struct{}, o.MaxInFlight),
+		ex:  map[sink.Writer]*writerExprs{sink.Fast: buildExprs(sink.Fast), sink.Late: buildExprs(sink.Late)},
+	}, nil
+}
+
+// Table returns the table name.
+func (s *Store) Table() string { return s.o.Table }
+
+func (s *Store) exprs(op string, w sink.Writer) (*writerExprs, error) {
+	e, ok := s.ex[w]
+	if !ok {
+		return nil, fmt.Errorf("dynamo: %s: writer %v is not a tagged writer (fast or late)", op, w)
+	}
+	return e, nil
+}
+
+type writeKey struct {
+	sink.Key
+	w sink.Writer
+}
+
+// Put applies tagged writes as one conditional UpdateItem each, at most
+// Options.MaxInFlight at a time. Callers pass puts in order: of several
+// writes to the same (key, writer) in one call only the last is sent, and
+// the others count as neither applied nor refused. Writes to different
+// items, or to different writers of one item, run in no particular order.
+// On a failure that remains after retries Put stops starting new writes and
+// returns the first error; writes already sent may have been applied, which
+// is harmless because every write is an absolute, tagged SET.
+func (s *Store) Put(ctx context.Context, puts []sink.Put) (int, error) {
+	for i := range puts {
+		if _, err := s.exprs("put", puts[i].Writer); err != nil {
+			return 0, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("dynamo: put: %w", err)
+	}
+	last := make(map[writeKey]int, len(puts))
+	for i := range puts {
+		last[writeKey{puts[i].Key, puts[i].Writer}] = i
+	}
+	todo := make([]int, 0, len(last))
+	for i := range puts {
+		if last[writeKey{puts[i].Key, puts[i].Writer}] == i {
+			todo = append(todo, i)
+		}
+	}
+	refused, err := s.runAll(ctx, "put", len(todo), func(j int) *dynamodb.UpdateItemInput {
+		return s.putInput(&puts[todo[j]])
+	})
+	if err != nil {
+		return refused, fmt.Errorf("dynamo: put: %w", err)
+	}
+	return refused, nil
+}
+
+func (s *Store) putInput(p *sink.Put) *dynamodb.UpdateItemInput {
+	e := s.ex[p.Writer]
+	vals := map[string]types.AttributeValue{
+		":v":  num(p.Valid),
+		":s":  num(p.SpendMicros),
+		":c":  num(p.Epoch),
+		":ix": str(sink.IndexKey(p.Epoch, p.Key)),
+		":g":  num(p.Gen),
+	}
+	cond := e.cond
+	if p.ClosedRow {
+		cond = e.condClosed
+		vals[":rc"] = num(p.RestoredCkpt)
+	}
+	return &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.o.Table),
+		Key:                       keyOf(p.Key),
+		UpdateExpression:          aws.String(e.update),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  e.names,
+		ExpressionAttributeValues: vals,
+	}
+}
+
+// PutFinal applies recount writes under the final_gen condition, as Put
+// does (concurrently, the last write of a key in the call wins). It does not
+// touch job_gen: the recount's generation is not the stream's.
+func (s *Store) PutFinal(ctx context.Context, puts []sink.FinalPut) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("dynamo: put final: %w", err)
+	}
+	last := make(map[sink.Key]int, len(puts))
+	for i := range puts {
+		last[puts[i].Key] = i
+	}
+	todo := make([]int, 0, len(last))
+	for i := range puts {
+		if last[puts[i].Key] == i {
+			todo = append(todo, i)
+		}
+	}
+	refused, err := s.runAll(ctx, "put_final", len(todo), func(j int) *dynamodb.UpdateItemInput {
+		p := &puts[todo[j]]
+		return &dynamodb.UpdateItemInput{
+			TableName:                aws.String(s.o.Table),
+			Key:                      keyOf(p.Key),
+			UpdateExpression:         aws.String(finalUpdate),
+			ConditionExpression:      aws.String(finalCond),
+			ExpressionAttributeNames: finalNames,
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":v": num(p.Valid), ":s": num(p.SpendMicros), ":g": num(p.Gen), ":a": num(p.AtMs),
+			},
+		}
+	})
+	if err != nil {
+		return refused, fmt.Errorf("dynamo: put final: %w", err)
+	}
+	return refused, nil
+}
+
+// runAll sends n conditional updates from min(n, MaxInFlight) goroutines and
+// returns how many were refused and the first error.
+func (s *Store) runAll(ctx context.Context, op string, n int, input func(int) *dynamodb.UpdateItemInput) (int, error) {
+	if n == 0 {
+		return 0, nil
+	}
+	var (
+		next     atomic.Int64
+		refused  atomic.Int64
+		stop     atomic.Bool
+		errOnce  sync.Once
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	workers := min(n, s.o.MaxInFlight)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				in := input(i)
+				err := s.do(ctx, op, func(ctx context.Context) error {
+					_, err := s.api.UpdateItem(ctx, in)
+					return err
+				})
+				switch {
+				case err == nil:
+					s.m.writes.WithLabelValues(op).Inc()
+				case errors.Is(err, errCondition):
+					s.m.refused.WithLabelValues(op).Inc()
+					refused.Add(1)
+				default:
+					errOnce.Do(func() { firstErr = err })
+					stop.Store(true)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(refused.Load()), firstErr
+}
+
+// Get reads the item at k with a strongly consistent read.
+func (s *Store) Get(ctx context.Context, k sink.Key) (sink.Item, bool, error) {
+	var out *dynamodb.GetItemOutput
+	err := s.do(ctx, "get", func(ctx context.Context) error {
+		var err error
+		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName:      aws.String(s.o.Table),
+			Key:            keyOf(k),
+			ConsistentRead: aws.Bool(true),
+		})
+		return err
+	})
+	if err != nil {
+		return sink.Item{}, false, fmt.Errorf("dynamo: get item: %w", err)
+	}
+	if out == nil || len(out.Item) == 0 {
+		return sink.Item{}, false, nil
+	}
+	it, err := decodeItem(out.Item)
+	if err != nil {
+		return sink.Item{}, false, fmt.Errorf("dynamo: get item %v: %w", k, err)
+	}
+	return it, true, nil
+}
+
+// QueryIndex queries w's tag index (the GSI fast_ix or late_ix) for ix and
+// calls fn for every item, page after page. Index reads are eventually
+// consistent. fn runs while no request of this call is in flight, so it may
+// call the Store.
+func (s *Store) QueryIndex(ctx context.Context, w sink.Writer, ix string, fn func(sink.Item) error) error {
+	if _, err := s.exprs("query index", w); err != nil {
+		return err
+	}
+	var start map[string]types.AttributeValue
+	for {
+		var out *dynamodb.QueryOutput
+		err := s.do(ctx, "query", func(ctx context.Context) error {
+			var err error
+			out, err = s.api.Query(ctx, &dynamodb.QueryInput{
+				TableName:                 aws.String(s.o.Table),
+				IndexName:                 aws.String(indexName(w)),
+				KeyConditionExpression:    aws.String("#ix = :ix"),
+				ExpressionAttributeNames:  map[string]string{"#ix": indexName(w)},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":ix": str(ix)},
+				ExclusiveStartKey:         start,
+			})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("dynamo: query index %s %q: %w", indexName(w), ix, err)
+		}
+		if err := s.each(out.Items, fn); err != nil {
+			return err
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+// Scan reads the whole table (strongly consistent), page after page, and
+// calls fn for every item.
+func (s *Store) Scan(ctx context.Context, fn func(sink.Item) error) error {
+	var start map[string]types.AttributeValue
+	for {
+		var out *dynamodb.ScanOutput
+		err := s.do(ctx, "scan", func(ctx context.Context) error {
+			var err error
+			out, err = s.api.Scan(ctx, &dynamodb.ScanInput{
+				TableName:         aws.String(s.o.Table),
+				ConsistentRead:    aws.Bool(true),
+				ExclusiveStartKey: start,
+			})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("dynamo: scan: %w", err)
+		}
+		if err := s.each(out.Items, fn); err != nil {
+			return err
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+func (s *Store) each(items []map[string]types.AttributeValue, fn func(sink.Item) error) error {
+	for _, av := range items {
+		it, err := decodeItem(av)
+		if err != nil {
+			return err
+		}
+		if err := fn(it); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Remove removes w's five attributes from k with one UpdateItem conditioned
+// on <w>_ckpt = ckpt. ok is false when the condition failed (including when
+// there is no item); the item itself, with job_gen, stays.
+func (s *Store) Remove(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64) (bool, error) {
+	e, err := s.exprs("remove", w)
+	if err != nil {
+		return false, err
+	}
+	err = s.do(ctx, "remove", func(ctx context.Context) error {
+		_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.o.Table),
+			Key:                       keyOf(k),
+			UpdateExpression:          aws.String(e.removeUpdate),
+			ConditionExpression:       aws.String(e.removeCond),
+			ExpressionAttributeNames:  e.removeNames,
+			ExpressionAttributeValues: map[string]types.AttributeValue{":c": num(ckpt)},
+		})
+		return err
+	})
+	switch {
+	case err == nil:
+		s.m.writes.WithLabelValues("remove").Inc()
+		return true, nil
+	case errors.Is(err, errCondition):
+		s.m.refused.WithLabelValues("remove").Inc()
+		return false, nil
+	}
+	return false, fmt.Errorf("dynamo: remove %s attributes: %w", w, err)
+}
+
+// Delete deletes k with one DeleteItem conditioned on <w>_ckpt = ckpt and on
+// the absence of every other writer's attributes. If that condition fails,
+// it falls back to Remove, which succeeds only if <w>_ckpt = ckpt: so an item
+// carrying another writer's attributes loses only w's.
+//
+// A retried DeleteItem whose first attempt was applied but whose answer was
+// lost reports deleted=false, ok=false: the item is gone all the same.
+func (s *Store) Delete(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64) (deleted, ok bool, err error) {
+	e, err := s.exprs("delete", w)
+	if err != nil {
+		return false, false, err
+	}
+	err = s.do(ctx, "delete", func(ctx context.Context) error {
+		_, err := s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName:                 aws.String(s.o.Table),
+			Key:                       keyOf(k),
+			ConditionExpression:       aws.String(e.deleteCond),
+			ExpressionAttributeNames:  e.deleteNames,
+			ExpressionAttributeValues: map[string]types.AttributeValue{":c": num(ckpt)},
+		})
+		return err
+	})
+	switch {
+	case err == nil:
+		s.m.writes.WithLabelValues("delete").Inc()
+		return true, true, nil
+	case !errors.Is(err, errCondition):
+		return false, false, fmt.Errorf("dynamo: delete item: %w", err)
+	}
+	ok, err = s.Remove(ctx, k, w, ckpt)
+	if err != nil {
+		return false, false, fmt.Errorf("dynamo: delete item: %w", err)
+	}
+	return false, ok, nil
+}

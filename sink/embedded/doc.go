@@ -1,0 +1,55 @@
+// Package embedded is the in-process twin of DynamoDB's ad_metrics table and
+// of Valkey's running totals, on one Pebble database. Embedded mode (no AWS)
+// writes its rows and totals here, `adclick rows` reads them back in order,
+// and tests use it as the reference store. It is production code, not a
+// mock: *Store implements both sink.Rows and sink.Totals with the exact
+// semantics documented in package sink (per-writer conditional SET and
+// REMOVE, job_gen fencing, the closed-row condition, the sharded tag index,
+// conditional Remove/Delete, epoch bookkeeping of totals).
+//
+// # Durability
+//
+// The store plays DynamoDB, which is durable, so it keeps Pebble's write-ahead
+// log on. Items are applied one by one without waiting for the disk, and every
+// mutating call syncs the log once before it returns (a sync per call, not
+// per item): when Put, PutFinal, Remove, Delete, SetTotals, DeleteTotals or
+// ForgetEpochs returns nil, its effects survive the process being killed.
+//
+// # Atomicity
+//
+// Each item's read-modify-write (read the item, evaluate the condition, write
+// the item and its index entries in one Pebble batch) runs under one of 256
+// striped mutexes chosen by a hash of the item's key, so conditions are
+// evaluated atomically per item, as DynamoDB's UpdateItem conditions are.
+// Nothing is atomic across items. All methods are safe for concurrent use.
+//
+// # Key layout
+//
+// Strings inside keys are escaped so that byte order equals string order and
+// a string can never be a prefix-collision of another: every 0x00 byte
+// becomes 0x00 0xFF and the string ends with 0x00 0x01. Integers are 8-byte
+// big-endian with the sign bit flipped, so negative values order first.
+//
+//	'i' esc(entity) esc(bucket)                    → item (see below)
+//	'x' writer esc(ix) esc(entity) esc(bucket)     → empty: tag index entry
+//	't' esc(ad) hour int64(startMs)                → total
+//	'e' int64(epoch) esc(ad) hour int64(startMs)   → empty: total written in epoch
+//	'r' esc(ad) hour int64(startMs) int64(epoch)   → empty: reverse of 'e'
+//
+// writer is the sink.Writer byte (1 fast, 2 late) and hour is 0 or 1. Items
+// therefore iterate in (entity, bucket) order, which ScanOrdered relies on,
+// and QueryIndex(w, ix) is a prefix scan over 'x' writer esc(ix): its cost is
+// proportional to the number of matches, not to the size of the table. The
+// reverse epoch entries let DeleteTotals forget a key from every epoch that
+// recorded it without scanning epochs.
+//
+// # Value encoding
+//
+// An item is a compact binary record: a format byte (1), a flags byte (bit 0
+// job_gen present, bit 1 fast_* present, bit 2 late_* present, bit 3 final_*
+// present), then zig-zag varints: job_gen; for fast and late in that order,
+// if present, valid, spend_micros, ckpt, gen and the index key as a
+// uvarint-length-prefixed string; for final, if present, valid,
+// spend_micros, gen, at. Entity and bucket come from the key. A total is a
+// format byte (1) then varints valid, spend_micros, epoch.
+package embedded

@@ -1,0 +1,421 @@
+package valkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/adclick/adclick/sink"
+)
+
+// Store is the Valkey implementation of sink.Totals. All methods are safe for
+// concurrent use. See the package documentation for the key layout and the
+// availability contract.
+type Store struct {
+	c       valkey.Client
+	own     bool // Close closes c
+	opts    Options
+	k       keys
+	m       *metrics
+	closeMu sync.Once
+}
+
+var _ sink.Totals = (*Store)(nil)
+
+// New connects to the server at opts.Addr. With a standalone server (the
+// default) it succeeds even when the server is unreachable: the store then
+// starts down (adclick_valkey_up 0) and connects on first use. It returns an
+// error for invalid options, for a metrics registration failure, and, with
+// opts.Cluster, when the cluster cannot be reached to learn its slots.
+func New(ctx context.Context, opts Options) (*Store, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Addr == "" {
+		return nil, errors.New("valkey: options: no address")
+	}
+	co := valkey.ClientOption{
+		InitAddress: []string{opts.Addr},
+		Username:    opts.Username,
+		Password:    opts.Password,
+		TLSConfig:   opts.TLS,
+		// The store never reads through the client-side cache (no DoCache),
+		// and some servers and proxies refuse CLIENT TRACKING; see doc.go.
+		DisableCache: true,
+		// Fail fast; the runtime retries later and rewrites from state.
+		DisableRetry:      true,
+		ConnWriteTimeout:  opts.Timeout,
+		ForceSingleClient: !opts.Cluster,
+	}
+	co.Dialer.Timeout = opts.DialTimeout
+	c, err := valkey.NewClient(co)
+	if c == nil {
+		return nil, fmt.Errorf("valkey: connect %s: %w", opts.Addr, err)
+	}
+	s, err2 := newStore(c, true, opts)
+	if err2 != nil {
+		c.Close()
+		return nil, err2
+	}
+	if err != nil {
+		// Only a standalone client gets here: it redials on first use.
+		s.m.up.Set(0)
+		return s, nil
+	}
+	_ = s.Ping(ctx) // sets adclick_valkey_up; a failure is not fatal
+	return s, nil
+}
+
+// NewWithClient returns a store that uses c, which the caller configured
+// and keeps owning: Close does not close it. opts.Addr, Cluster, Username,
+// Password, TLS and DialTimeout are ignored.
+func NewWithClient(c valkey.Client, opts Options) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("valkey: nil client")
+	}
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	return newStore(c, false, opts)
+}
+
+func newStore(c valkey.Client, own bool, opts Options) (*Store, error) {
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{c: c, own: own, opts: opts, k: keys{prefix: opts.Prefix}, m: m}, nil
+}
+
+// Close closes the client if New created it. It is safe to call more than
+// once; the store must not be used afterwards.
+func (s *Store) Close() {
+	s.closeMu.Do(func() {
+		if s.own {
+			s.c.Close()
+		}
+	})
+}
+
+// Ping checks the server within Options.Timeout and updates
+// adclick_valkey_up.
+func (s *Store) Ping(ctx context.Context) (err error) {
+	defer s.track(opPing, time.Now())
+	if _, err := s.roundTrip(ctx, opPing, valkey.Commands{s.c.B().Ping().Build()}); err != nil {
+		return fmt.Errorf("valkey: ping: %w", err)
+	}
+	return nil
+}
+
+// SetTotals writes the totals as absolute values (HSET valid, spend_micros,
+// ckpt; never HINCRBY) with their TTL, and records each key in the set of
+// its epoch. The epoch sets are written first, in their own round trip, so
+// that a value is never present without its record; then the values follow
+// in pipelines of Options.BatchSize totals. On error some totals may have
+// been written; writing them again is harmless. A total whose start is not
+// a whole minute (hour) in years 1970..9999 is refused before anything is
+// sent.
+func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) (err error) {
+	if len(ts) == 0 {
+		return nil
+	}
+	defer s.track(opSet, time.Now())
+	names := make([]string, len(ts))
+	byEpoch := map[int64][]string{}
+	for i, t := range ts {
+		name, err := s.k.total(t.Key())
+		if err != nil {
+			return fmt.Errorf("valkey: set totals: total %d (ad %q): %w", i, t.Ad, err)
+		}
+		names[i] = name
+		byEpoch[t.Epoch] = append(byEpoch[t.Epoch], name)
+	}
+
+	// Round trip 1: the bookkeeping.
+	epochTTL := s.opts.EpochTTL.Milliseconds()
+	reg := s.c.B().Zadd().Key(s.k.epochs()).ScoreMember()
+	cmds := valkey.Commands{}
+	for e, members := range byEpoch {
+		reg = reg.ScoreMember(float64(e), strconv.FormatInt(e, 10))
+		key := s.k.epoch(e)
+		for chunk := range chunks(members, s.opts.BatchSize) {
+			cmds = append(cmds, s.c.B().Sadd().Key(key).Member(chunk...).Build())
+		}
+		cmds = append(cmds, s.c.B().Pexpire().Key(key).Milliseconds(epochTTL).Build())
+	}
+	cmds = append(cmds, reg.Build(), s.c.B().Pexpire().Key(s.k.epochs()).Milliseconds(epochTTL).Build())
+	if _, err := s.roundTrip(ctx, opSet, cmds); err != nil {
+		return fmt.Errorf("valkey: set totals: record epochs: %w", err)
+	}
+
+	// Then the values, BatchSize totals (2 commands each) per round trip.
+	minTTL, hourTTL := s.opts.MinuteTTL.Milliseconds(), s.opts.HourTTL.Milliseconds()
+	for lo := 0; lo < len(ts); lo += s.opts.BatchSize {
+		hi := min(lo+s.opts.BatchSize, len(ts))
+		cmds := make(valkey.Commands, 0, 2*(hi-lo))
+		for i := lo; i < hi; i++ {
+			t := ts[i]
+			ttl := minTTL
+			if t.Hour {
+				ttl = hourTTL
+			}
+			cmds = append(cmds,
+				s.c.B().Hset().Key(names[i]).FieldValue().
+					FieldValue(fieldValid, strconv.FormatInt(t.Valid, 10)).
+					FieldValue(fieldSpend, strconv.FormatInt(t.SpendMicros, 10)).
+					FieldValue(fieldCkpt, strconv.FormatInt(t.Epoch, 10)).Build(),
+				s.c.B().Pexpire().Key(names[i]).Milliseconds(ttl).Build())
+		}
+		if _, err := s.roundTrip(ctx, opSet, cmds); err != nil {
+			return fmt.Errorf("valkey: set totals: write %d of %d: %w", lo, len(ts), err)
+		}
+		s.m.written.Add(float64(hi - lo))
+	}
+	return nil
+}
+
+// GetTotal returns the total at k; ok is false if there is none.
+func (s *Store) GetTotal(ctx context.Context, k sink.TotalKey) (t sink.Total, ok bool, err error) {
+	defer s.track(opGet, time.Now())
+	name, err := s.k.total(k)
+	if err != nil {
+		return sink.Total{}, false, fmt.Errorf("valkey: get total: %w", err)
+	}
+	res, err := s.roundTrip(ctx, opGet, valkey.Commands{s.c.B().Hmget().Key(name).Field(fieldValid, fieldSpend, fieldCkpt).Build()})
+	if err != nil {
+		return sink.Total{}, false, fmt.Errorf("valkey: get total %s: %w", name, err)
+	}
+	vals, err := res[0].ToArray()
+	if err != nil || len(vals) != 3 {
+		return sink.Total{}, false, fmt.Errorf("valkey: get total %s: unexpected reply (%d values): %v", name, len(vals), err)
+	}
+	var nums [3]int64
+	missing := 0
+	for i := range vals {
+		if vals[i].IsNil() {
+			missing++
+			continue
+		}
+		str, err := vals[i].ToString()
+		if err == nil {
+			nums[i], err = strconv.ParseInt(str, 10, 64)
+		}
+		if err != nil {
+			return sink.Total{}, false, fmt.Errorf("valkey: get total %s: field %d: %w", name, i, err)
+		}
+	}
+	switch missing {
+	case 3:
+		return sink.Total{}, false, nil
+	case 0:
+		return sink.Total{Ad: k.Ad, StartMs: k.StartMs, Hour: k.Hour, Valid: nums[0], SpendMicros: nums[1], Epoch: nums[2]}, true, nil
+	}
+	return sink.Total{}, false, fmt.Errorf("valkey: get total %s: %d of its 3 fields are missing", name, missing)
+}
+
+// TotalsWritten calls fn once for every key in the set of epoch, reading the
+// set with SSCAN in pages of Options.BatchSize. fn runs between pages, may
+// call back into the store (delete or rewrite keys), and its time does not
+// count against Options.Timeout. A member that is not a total key under the
+// store's prefix is an error.
+func (s *Store) TotalsWritten(ctx context.Context, epoch int64, fn func(sink.TotalKey) error) (err error) {
+	defer s.track(opList, time.Now())
+	key := s.k.epoch(epoch)
+	seen := map[string]struct{}{} // SSCAN may return a member twice
+	var cursor uint64
+	for {
+		res, err := s.roundTrip(ctx, opList, valkey.Commands{s.c.B().Sscan().Key(key).Cursor(cursor).Count(int64(s.opts.BatchSize)).Build()})
+		if err != nil {
+			return fmt.Errorf("valkey: totals written %d: %w", epoch, err)
+		}
+		page, err := res[0].AsScanEntry()
+		if err != nil {
+			return fmt.Errorf("valkey: totals written %d: %w", epoch, err)
+		}
+		for _, m := range page.Elements {
+			if _, dup := seen[m]; dup {
+				continue
+			}
+			seen[m] = struct{}{}
+			k, err := s.k.parseTotal(m)
+			if err != nil {
+				return fmt.Errorf("valkey: totals written %d: %w", epoch, err)
+			}
+			if err := fn(k); err != nil {
+				return err
+			}
+		}
+		if cursor = page.Cursor; cursor == 0 {
+			return nil
+		}
+	}
+}
+
+// DeleteTotals deletes the totals, then removes them from every epoch set in
+// the registry. The values go first so that a failure leaves, at worst, a
+// record without a value (harmless) and never a value without its record.
+// A DeleteTotals racing a SetTotals of the same key may leave either
+// outcome; the flush, its only caller, runs before output resumes.
+func (s *Store) DeleteTotals(ctx context.Context, ks []sink.TotalKey) (err error) {
+	if len(ks) == 0 {
+		return nil
+	}
+	defer s.track(opDelete, time.Now())
+	names := make([]string, len(ks))
+	for i, k := range ks {
+		if names[i], err = s.k.total(k); err != nil {
+			return fmt.Errorf("valkey: delete totals: key %d (ad %q): %w", i, k.Ad, err)
+		}
+	}
+	// One DEL per key: keys of different ads live in different cluster slots.
+	for chunk := range chunks(names, s.opts.BatchSize) {
+		cmds := make(valkey.Commands, 0, len(chunk))
+		for _, n := range chunk {
+			cmds = append(cmds, s.c.B().Del().Key(n).Build())
+		}
+		if _, err := s.roundTrip(ctx, opDelete, cmds); err != nil {
+			return fmt.Errorf("valkey: delete totals: %w", err)
+		}
+		s.m.deleted.Add(float64(len(chunk)))
+	}
+	epochs, err := s.registered(ctx, opDelete, "-inf", "+inf")
+	if err != nil {
+		return fmt.Errorf("valkey: delete totals: %w", err)
+	}
+	var cmds valkey.Commands
+	flush := func() error {
+		if len(cmds) == 0 {
+			return nil
+		}
+		_, err := s.roundTrip(ctx, opDelete, cmds)
+		cmds = nil
+		return err
+	}
+	for _, e := range epochs {
+		for chunk := range chunks(names, s.opts.BatchSize) {
+			cmds = append(cmds, s.c.B().Srem().Key(s.k.epoch(e)).Member(chunk...).Build())
+			if len(cmds) >= 64 {
+				if err := flush(); err != nil {
+					return fmt.Errorf("valkey: delete totals: forget: %w", err)
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return fmt.Errorf("valkey: delete totals: forget: %w", err)
+	}
+	return nil
+}
+
+// ForgetEpochs deletes the epoch sets of the epochs in [from, to) and then
+// their registry entries. The totals stay.
+func (s *Store) ForgetEpochs(ctx context.Context, from, to int64) (err error) {
+	if from >= to {
+		return nil
+	}
+	defer s.track(opForget, time.Now())
+	// Scores are float64: rounding is monotonic, so the score range holds
+	// every epoch in [from, to); the exact bounds are applied below.
+	cand, err := s.registered(ctx, opForget, strconv.FormatFloat(float64(from), 'g', -1, 64), strconv.FormatFloat(float64(to), 'g', -1, 64))
+	if err != nil {
+		return fmt.Errorf("valkey: forget epochs: %w", err)
+	}
+	var members []string
+	for _, e := range cand {
+		if e >= from && e < to {
+			members = append(members, strconv.FormatInt(e, 10))
+		}
+	}
+	for chunk := range chunks(members, s.opts.BatchSize) {
+		cmds := make(valkey.Commands, 0, len(chunk)+1)
+		for _, m := range chunk {
+			e, _ := strconv.ParseInt(m, 10, 64) // formatted above
+			cmds = append(cmds, s.c.B().Del().Key(s.k.epoch(e)).Build())
+		}
+		cmds = append(cmds, s.c.B().Zrem().Key(s.k.epochs()).Member(chunk...).Build())
+		if _, err := s.roundTrip(ctx, opForget, cmds); err != nil {
+			return fmt.Errorf("valkey: forget epochs: %w", err)
+		}
+	}
+	return nil
+}
+
+// registered returns the epochs in the registry with scores in [min, max]
+// (Valkey score syntax), ascending.
+func (s *Store) registered(ctx context.Context, op, min, max string) ([]int64, error) {
+	res, err := s.roundTrip(ctx, op, valkey.Commands{s.c.B().Zrange().Key(s.k.epochs()).Min(min).Max(max).Byscore().Build()})
+	if err != nil {
+		return nil, fmt.Errorf("read epoch registry: %w", err)
+	}
+	ms, err := res[0].AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("read epoch registry: %w", err)
+	}
+	out := make([]int64, 0, len(ms))
+	for _, m := range ms {
+		e, err := strconv.ParseInt(m, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("epoch registry member %q: %w", m, err)
+		}
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
+// roundTrip sends cmds in one pipeline, bounded by Options.Timeout, and
+// returns the first error among the replies. It keeps adclick_valkey_up and
+// adclick_valkey_errors_total: a reply error from the server (a
+// *valkey.ValkeyError) shows the server is up; any other failure, unless the
+// caller's own context ended, marks it down.
+func (s *Store) roundTrip(ctx context.Context, op string, cmds valkey.Commands) ([]valkey.ValkeyResult, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	res := s.c.DoMulti(rctx, cmds...)
+	var err error
+	for _, r := range res {
+		if e := r.Error(); e != nil && !valkey.IsValkeyNil(e) {
+			err = e
+			break
+		}
+	}
+	if err == nil {
+		s.m.up.Set(1)
+		return res, nil
+	}
+	s.m.errors.WithLabelValues(op).Inc()
+	var ve *valkey.ValkeyError
+	switch {
+	case errors.As(err, &ve):
+		s.m.up.Set(1)
+	case ctx.Err() != nil:
+		// The caller gave up; that says nothing about the server.
+	default:
+		s.m.up.Set(0)
+	}
+	return nil, err
+}
+
+// track records a call's duration.
+func (s *Store) track(op string, start time.Time) {
+	s.m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+}
+
+// chunks yields consecutive slices of at most n elements of xs.
+func chunks[T any](xs []T, n int) func(yield func([]T) bool) {
+	return func(yield func([]T) bool) {
+		for lo := 0; lo < len(xs); lo += n {
+			if !yield(xs[lo:min(lo+n, len(xs))]) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,51 @@
+// Package state is the Pebble state backend of one adclick process: the
+// serialized state of operators (small blobs per operator and key group,
+// written at the barrier) and the dedup sets of click ids with event-time
+// expiry. One DB serves every subtask of the process.
+//
+// # Durability
+//
+// The write-ahead log is off. Durability comes from checkpoints only:
+// Checkpoint flushes the memtable and asks Pebble for a consistent on-disk
+// copy, in which SSTables are hard links (so a checkpoint costs only the
+// tables written since the previous one, until compactions rewrite them).
+// After a crash the process restores with OpenFromCheckpoint and replays its
+// sources from the positions saved with that checkpoint; anything written
+// after the checkpoint is gone, as it must be.
+//
+// The runtime calls Checkpoint only while no operator writes (operators are
+// paused at the barrier), after calling Commit on every Dedup.
+//
+// # Sizing (two cores)
+//
+// Defaults: a 64 MiB block cache, 32 MiB memtables, 10-bit Bloom filters on
+// every level (a dedup lookup for a new id is answered by the filters
+// without reading data blocks), L0 compaction from 4 files, at most two
+// concurrent compactions. Each is an Options field.
+//
+// # Key layout
+//
+//	'b' op 0x00 kg(2 bytes, big-endian)              → operator blob
+//	'd' kg(1 byte) bucket(8 bytes) click id           → empty: dedup entry
+//
+// An operator name may not contain 0x00. The dedup bucket is the minute of
+// the id's expiry, floor(expiryMs / 60000), as a big-endian int64 with its
+// sign bit flipped, so that negative times order before positive ones.
+//
+// Why the bucket is in the key: a duplicate is a resend of the same click,
+// so it carries the same impression time and therefore the same expiry
+// (impression + 2 h, computed by the caller). A lookup is a single point Get
+// of (kg, bucket, id), and expiring ids by event time (seed 001 Part 5: the
+// timer at impression + 2 h, never a processing-time TTL) is one DeleteRange
+// per key group over whole buckets whose minute ends at or before the
+// watermark: one write per new click and no separate timer keys. Ids are
+// removed up to a minute after their exact expiry, which only keeps them
+// longer than required.
+//
+// # Dedup batches
+//
+// Each Dedup (one per pre-aggregator subtask, on its own key groups) keeps an
+// indexed Pebble batch: Insert reads through it, so it sees its own
+// uncommitted inserts, and writes into it. Commit applies the batch to the
+// DB; Insert commits by itself once the batch passes Options.DedupBatchBytes.
+package state
