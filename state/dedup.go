@@ -1,9 +1,11 @@
 package state
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -31,12 +33,70 @@ type Dedup struct {
 	expiredTo    [KeyGroups]int64
 	expiredKnown [KeyGroups]bool
 
+	// filters holds, per (key group, bucket), a Bloom filter of every id
+	// present in the DB or pending: a new id (the common case) is answered
+	// without reading Pebble. A key group is loaded from the DB on first use.
+	seed     maphash.Seed
+	loaded   [KeyGroups]bool
+	filters  map[filterKey]*filter
+	maxCount int // the most ids any filter has held, to size new ones
+
 	inserted, duplicates int64
+}
+
+type filterKey struct {
+	kg     int
+	bucket int64
 }
 
 // NewDedup returns a Dedup on db with an empty pending batch.
 func (db *DB) NewDedup() *Dedup {
-	return &Dedup{db: db, key: make([]byte, 0, 64)}
+	return &Dedup{db: db, key: make([]byte, 0, 64), seed: maphash.MakeSeed(), filters: map[filterKey]*filter{}}
+}
+
+// minFilterCapacity is the smallest filter, in ids.
+const minFilterCapacity = 256
+
+func (d *Dedup) newFilter(want int) *filter {
+	c := max(want, d.maxCount+d.maxCount/2, minFilterCapacity)
+	return newFilter(c)
+}
+
+// load builds the filters of key group kg from the committed DB. It runs on
+// the Dedup's first use of kg (after a restore: once per key group, reading
+// every id of kg once).
+func (d *Dedup) load(kg int) error {
+	lower := []byte{prefixDedup, byte(kg)}
+	iter, err := d.db.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+	if err != nil {
+		return fmt.Errorf("state: dedup load key group %d: %w", kg, err)
+	}
+	hashes := map[int64][]uint64{}
+	for valid := iter.First(); valid; valid = iter.Next() {
+		k := iter.Key()
+		if len(k) < 10 {
+			return errors.Join(fmt.Errorf("state: dedup load key group %d: corrupt key %x", kg, k), iter.Close())
+		}
+		bucket := int64(binary.BigEndian.Uint64(k[2:10]) ^ (1 << 63))
+		hashes[bucket] = append(hashes[bucket], maphash.Bytes(d.seed, k[10:]))
+	}
+	if err := iter.Close(); err != nil {
+		return fmt.Errorf("state: dedup load key group %d: %w", kg, err)
+	}
+	for bucket, hs := range hashes {
+		fk := filterKey{kg, bucket}
+		f := d.filters[fk]
+		if f == nil {
+			f = newFilter(max(len(hs)+len(hs)/4, minFilterCapacity))
+			d.filters[fk] = f
+		}
+		for _, h := range hs {
+			f.add(h)
+		}
+		d.maxCount = max(d.maxCount, f.count())
+	}
+	d.loaded[kg] = true
+	return nil
 }
 
 func bucketOf(ms int64) int64 {
@@ -68,22 +128,40 @@ func (d *Dedup) Insert(kg int, id string, expiryMs int64) (inserted bool, err er
 		return false, err
 	}
 	defer d.db.closeMu.RUnlock()
+	if !d.loaded[kg] {
+		if err := d.load(kg); err != nil {
+			return false, err
+		}
+	}
 	if d.batch == nil {
 		d.batch = d.db.db.NewIndexedBatch()
 	}
 	bucket := bucketOf(expiryMs)
 	d.key = append(d.appendKey(d.key[:0], kg, bucket), id...)
-	_, closer, err := d.batch.Get(d.key)
-	switch {
-	case err == nil:
-		_ = closer.Close()
-		d.duplicates++
-		return false, nil
-	case !errors.Is(err, pebble.ErrNotFound):
-		return false, fmt.Errorf("state: dedup lookup: %w", err)
+	h := maphash.String(d.seed, id)
+	fk := filterKey{kg, bucket}
+	f := d.filters[fk]
+	if f != nil && f.mayContain(h) {
+		_, closer, err := d.batch.Get(d.key)
+		switch {
+		case err == nil:
+			_ = closer.Close()
+			d.duplicates++
+			return false, nil
+		case !errors.Is(err, pebble.ErrNotFound):
+			return false, fmt.Errorf("state: dedup lookup: %w", err)
+		}
 	}
 	if err := d.batch.Set(d.key, nil, nil); err != nil {
 		return false, fmt.Errorf("state: dedup insert: %w", err)
+	}
+	if f == nil {
+		f = d.newFilter(0)
+		d.filters[fk] = f
+	}
+	f.add(h)
+	if f.n > d.maxCount {
+		d.maxCount = f.n
 	}
 	d.inserted++
 	if d.expiredKnown[kg] && bucket < d.expiredTo[kg] {
@@ -110,6 +188,11 @@ func (d *Dedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 	}
 	defer d.db.closeMu.RUnlock()
 	end := bucketOf(beforeMs) // buckets b < end end at or before beforeMs
+	if err := d.commitLocked(); err != nil {
+		return err
+	}
+	b := d.db.db.NewBatch()
+	defer b.Close()
 	for kg := kgFrom; kg < kgTo; kg++ {
 		start := int64(math.MinInt64)
 		if d.expiredKnown[kg] {
@@ -118,15 +201,22 @@ func (d *Dedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 		if end <= start {
 			continue
 		}
-		if d.batch == nil {
-			d.batch = d.db.db.NewIndexedBatch()
-		}
-		if err := d.batch.DeleteRange(d.appendKey(nil, kg, start), d.appendKey(nil, kg, end), nil); err != nil {
+		if err := b.DeleteRange(d.appendKey(nil, kg, start), d.appendKey(nil, kg, end), nil); err != nil {
 			return fmt.Errorf("state: dedup expire: %w", err)
 		}
 		d.expiredTo[kg], d.expiredKnown[kg] = end, true
 	}
-	return d.commitLocked()
+	if !b.Empty() {
+		if err := b.Commit(pebble.NoSync); err != nil {
+			return fmt.Errorf("state: dedup expire: %w", err)
+		}
+	}
+	for fk := range d.filters {
+		if fk.kg >= kgFrom && fk.kg < kgTo && fk.bucket < end {
+			delete(d.filters, fk)
+		}
+	}
+	return nil
 }
 
 // Commit makes the pending inserts and expiries visible in the DB (and so
@@ -145,26 +235,50 @@ func (d *Dedup) commitLocked() error {
 	}
 	b := d.batch
 	d.batch = nil
+	defer b.Close()
 	if b.Empty() {
-		return b.Close()
+		return nil
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		_ = b.Close()
+	// Apply the pending ids in key order: the memtable's skiplist inserts
+	// sorted keys several times faster than random ones, because each insert
+	// starts from the previous one's position. The batch holds only Sets of
+	// distinct keys, so the sorted copy has the same effect.
+	iter, err := b.NewBatchOnlyIter(context.Background(), nil)
+	if err != nil {
 		return fmt.Errorf("state: dedup commit: %w", err)
 	}
-	if err := b.Close(); err != nil {
+	sorted := d.db.db.NewBatchWithSize(b.Len())
+	defer sorted.Close()
+	for valid := iter.First(); valid; valid = iter.Next() {
+		_ = sorted.Set(iter.Key(), nil, nil)
+	}
+	if err := iter.Close(); err != nil {
+		return fmt.Errorf("state: dedup commit: %w", err)
+	}
+	if err := sorted.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("state: dedup commit: %w", err)
 	}
 	return nil
 }
 
-// Discard drops the pending inserts and expiries without applying them.
+// Discard drops the pending inserts and expiries without applying them. (The
+// in-memory filters may keep the dropped ids: that costs only a lookup.)
 func (d *Dedup) Discard() {
 	if d.batch != nil {
 		_ = d.batch.Close()
 		d.batch = nil
 	}
 	d.expiredKnown = [KeyGroups]bool{}
+}
+
+// FilterBytes returns the memory held by the Dedup's in-memory filters
+// (about 1.5 bytes per live id).
+func (d *Dedup) FilterBytes() int {
+	n := 0
+	for _, f := range d.filters {
+		n += f.sizeBytes()
+	}
+	return n
 }
 
 // Count returns how many ids this Dedup inserted and how many Inserts it

@@ -24,6 +24,7 @@ Usage:
                           generator, Pebble state and store under --data)
   adclick gen   [flags]   write a synthetic click file (JSON Lines)
   adclick rows  [flags]   print the stored ad_metrics rows as JSON Lines
+  adclick setup [flags]   create the DynamoDB table (and other AWS resources)
   adclick help            this text
 
 Every flag can also be set with an environment variable: --data is
@@ -53,6 +54,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		err = cmdGen(args[1:], stdout, stderr)
 	case "rows":
 		err = cmdRows(ctx, args[1:], stdout, stderr)
+	case "setup":
+		err = cmdSetup(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

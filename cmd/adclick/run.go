@@ -78,6 +78,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	genFlags(fs, &cfg.Gen, "gen-")
+	var sf sinkFlags
+	sf.register(fs, true)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -93,6 +95,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Registerer = reg
 	cfg.Logger = log
 	cfg.Crash = func() { os.Exit(137) }
+	rows, totals, closeSinks, err := sf.open(ctx, reg)
+	if err != nil {
+		return err
+	}
+	defer closeSinks()
+	cfg.Rows, cfg.Totals = rows, totals
 	job, err := runtime.Open(ctx, cfg)
 	if err != nil {
 		return err

@@ -107,7 +107,7 @@ func (s *Store) Close() {
 
 // Ping checks the server within Options.Timeout and updates
 // adclick_valkey_up.
-func (s *Store) Ping(ctx context.Context) (err error) {
+func (s *Store) Ping(ctx context.Context) error {
 	defer s.track(opPing, time.Now())
 	if _, err := s.roundTrip(ctx, opPing, valkey.Commands{s.c.B().Ping().Build()}); err != nil {
 		return fmt.Errorf("valkey: ping: %w", err)
@@ -123,7 +123,7 @@ func (s *Store) Ping(ctx context.Context) (err error) {
 // been written; writing them again is harmless. A total whose start is not
 // a whole minute (hour) in years 1970..9999 is refused before anything is
 // sent.
-func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) (err error) {
+func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) error {
 	if len(ts) == 0 {
 		return nil
 	}
@@ -139,7 +139,7 @@ func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) (err error) {
 		byEpoch[t.Epoch] = append(byEpoch[t.Epoch], name)
 	}
 
-	// Round trip 1: the bookkeeping.
+	// First the bookkeeping.
 	epochTTL := s.opts.EpochTTL.Milliseconds()
 	reg := s.c.B().Zadd().Key(s.k.epochs()).ScoreMember()
 	cmds := valkey.Commands{}
@@ -152,7 +152,7 @@ func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) (err error) {
 		cmds = append(cmds, s.c.B().Pexpire().Key(key).Milliseconds(epochTTL).Build())
 	}
 	cmds = append(cmds, reg.Build(), s.c.B().Pexpire().Key(s.k.epochs()).Milliseconds(epochTTL).Build())
-	if _, err := s.roundTrip(ctx, opSet, cmds); err != nil {
+	if err := s.roundTrips(ctx, opSet, cmds); err != nil {
 		return fmt.Errorf("valkey: set totals: record epochs: %w", err)
 	}
 
@@ -183,7 +183,7 @@ func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) (err error) {
 }
 
 // GetTotal returns the total at k; ok is false if there is none.
-func (s *Store) GetTotal(ctx context.Context, k sink.TotalKey) (t sink.Total, ok bool, err error) {
+func (s *Store) GetTotal(ctx context.Context, k sink.TotalKey) (sink.Total, bool, error) {
 	defer s.track(opGet, time.Now())
 	name, err := s.k.total(k)
 	if err != nil {
@@ -226,7 +226,7 @@ func (s *Store) GetTotal(ctx context.Context, k sink.TotalKey) (t sink.Total, ok
 // call back into the store (delete or rewrite keys), and its time does not
 // count against Options.Timeout. A member that is not a total key under the
 // store's prefix is an error.
-func (s *Store) TotalsWritten(ctx context.Context, epoch int64, fn func(sink.TotalKey) error) (err error) {
+func (s *Store) TotalsWritten(ctx context.Context, epoch int64, fn func(sink.TotalKey) error) error {
 	defer s.track(opList, time.Now())
 	key := s.k.epoch(epoch)
 	seen := map[string]struct{}{} // SSCAN may return a member twice
@@ -264,13 +264,14 @@ func (s *Store) TotalsWritten(ctx context.Context, epoch int64, fn func(sink.Tot
 // record without a value (harmless) and never a value without its record.
 // A DeleteTotals racing a SetTotals of the same key may leave either
 // outcome; the flush, its only caller, runs before output resumes.
-func (s *Store) DeleteTotals(ctx context.Context, ks []sink.TotalKey) (err error) {
+func (s *Store) DeleteTotals(ctx context.Context, ks []sink.TotalKey) error {
 	if len(ks) == 0 {
 		return nil
 	}
 	defer s.track(opDelete, time.Now())
 	names := make([]string, len(ks))
 	for i, k := range ks {
+		var err error
 		if names[i], err = s.k.total(k); err != nil {
 			return fmt.Errorf("valkey: delete totals: key %d (ad %q): %w", i, k.Ad, err)
 		}
@@ -291,25 +292,12 @@ func (s *Store) DeleteTotals(ctx context.Context, ks []sink.TotalKey) (err error
 		return fmt.Errorf("valkey: delete totals: %w", err)
 	}
 	var cmds valkey.Commands
-	flush := func() error {
-		if len(cmds) == 0 {
-			return nil
-		}
-		_, err := s.roundTrip(ctx, opDelete, cmds)
-		cmds = nil
-		return err
-	}
 	for _, e := range epochs {
 		for chunk := range chunks(names, s.opts.BatchSize) {
 			cmds = append(cmds, s.c.B().Srem().Key(s.k.epoch(e)).Member(chunk...).Build())
-			if len(cmds) >= 64 {
-				if err := flush(); err != nil {
-					return fmt.Errorf("valkey: delete totals: forget: %w", err)
-				}
-			}
 		}
 	}
-	if err := flush(); err != nil {
+	if err := s.roundTrips(ctx, opDelete, cmds); err != nil {
 		return fmt.Errorf("valkey: delete totals: forget: %w", err)
 	}
 	return nil
@@ -317,7 +305,7 @@ func (s *Store) DeleteTotals(ctx context.Context, ks []sink.TotalKey) (err error
 
 // ForgetEpochs deletes the epoch sets of the epochs in [from, to) and then
 // their registry entries. The totals stay.
-func (s *Store) ForgetEpochs(ctx context.Context, from, to int64) (err error) {
+func (s *Store) ForgetEpochs(ctx context.Context, from, to int64) error {
 	if from >= to {
 		return nil
 	}
@@ -402,6 +390,21 @@ func (s *Store) roundTrip(ctx context.Context, op string, cmds valkey.Commands) 
 		s.m.up.Set(0)
 	}
 	return nil, err
+}
+
+// setsPerRoundTrip bounds the number of commands carrying up to BatchSize
+// members each (SADD, SREM) sent in one round trip.
+const setsPerRoundTrip = 16
+
+// roundTrips sends cmds in order, setsPerRoundTrip per round trip, and stops
+// at the first error.
+func (s *Store) roundTrips(ctx context.Context, op string, cmds valkey.Commands) error {
+	for group := range chunks(cmds, setsPerRoundTrip) {
+		if _, err := s.roundTrip(ctx, op, group); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // track records a call's duration.

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/adclick/adclick/sink"
+	"github.com/adclick/adclick/sink/dynamo"
+	"github.com/adclick/adclick/sink/valkey"
+)
+
+// sinkFlags selects the row and running-total stores.
+type sinkFlags struct {
+	sink   string
+	valkey string
+}
+
+func (f *sinkFlags) register(fs *flag.FlagSet, withValkey bool) {
+	fs.StringVar(&f.sink, "sink", "embedded", "row store: embedded (Pebble under --data) or dynamodb:TABLE (endpoint, region and credentials from the AWS SDK's variables, e.g. AWS_REGION, AWS_ENDPOINT_URL_DYNAMODB)")
+	if withValkey {
+		fs.StringVar(&f.valkey, "valkey", "", "running totals in Valkey at HOST:PORT (default: the embedded store when --sink is embedded, none otherwise)")
+	}
+}
+
+func (f *sinkFlags) table() (string, bool, error) {
+	switch {
+	case f.sink == "" || f.sink == "embedded":
+		return "", false, nil
+	case strings.HasPrefix(f.sink, "dynamodb:") && len(f.sink) > len("dynamodb:"):
+		return strings.TrimPrefix(f.sink, "dynamodb:"), true, nil
+	}
+	return "", false, usageError{fmt.Errorf("--sink %q: want embedded or dynamodb:TABLE", f.sink)}
+}
+
+func loadAWS(ctx context.Context) (aws.Config, error) {
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("load AWS configuration: %w", err)
+	}
+	if cfg.Region == "" {
+		return aws.Config{}, fmt.Errorf("no AWS region: set AWS_REGION")
+	}
+	return cfg, nil
+}
+
+func openDynamo(ctx context.Context, table string, reg prometheus.Registerer) (*dynamo.Store, error) {
+	cfg, err := loadAWS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	o := dynamo.Options{Table: table, Registerer: reg}
+	return dynamo.New(dynamo.NewClient(cfg, o), o)
+}
+
+// open returns the stores (nil = embedded) and a function that closes them.
+func (f *sinkFlags) open(ctx context.Context, reg prometheus.Registerer) (sink.Rows, sink.Totals, func(), error) {
+	var rows sink.Rows
+	var totals sink.Totals
+	closers := []func(){}
+	closeAll := func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	table, isDynamo, err := f.table()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if isDynamo {
+		st, err := openDynamo(ctx, table, reg)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		rows = st
+	}
+	if f.valkey != "" {
+		vs, err := valkey.New(ctx, valkey.Options{Addr: f.valkey, Registerer: reg})
+		if err != nil {
+			closeAll()
+			return nil, nil, nil, fmt.Errorf("valkey %s: %w", f.valkey, err)
+		}
+		totals = vs
+		closers = append(closers, vs.Close)
+	}
+	return rows, totals, closeAll, nil
+}
+
+// dumpSorted reads every item of rows and prints them sorted by (entity,
+// bucket).
+func dumpSorted(ctx context.Context, rows sink.Rows, emit func(sink.Item) error) error {
+	var items []sink.Item
+	if err := rows.Scan(ctx, func(it sink.Item) error { items = append(items, it); return nil }); err != nil {
+		return err
+	}
+	slices.SortFunc(items, func(a, b sink.Item) int {
+		return cmp.Or(cmp.Compare(a.Entity, b.Entity), cmp.Compare(a.Bucket, b.Bucket))
+	})
+	for _, it := range items {
+		if err := emit(it); err != nil {
+			return err
+		}
+	}
+	return nil
+}

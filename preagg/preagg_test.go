@@ -1,0 +1,312 @@
+package preagg
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/adclick/adclick/ingest"
+)
+
+const (
+	minute = int64(60_000)
+	hour   = int64(3_600_000)
+	t0     = int64(1_800_000_000_000) // a whole hour, Unix ms
+)
+
+func click(id, ad string, eventMs, impMs int64) *ingest.Click {
+	return &ingest.Click{ClickID: id, AdID: ad, EventMs: eventMs, ImpressionMs: impMs, SpendMicros: 10}
+}
+
+func newPA(t *testing.T, o Options) *PreAgg {
+	t.Helper()
+	p, err := New(o, NewMemDedup(), 0, 128)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return p
+}
+
+func TestAddCheckOrder(t *testing.T) {
+	type step struct {
+		c    *ingest.Click
+		want Verdict
+	}
+	wm := t0 + 10*minute // judge
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"on time", []step{{click("a", "ad", t0+10*minute, t0), Counted}}},
+		{"duplicate of a counted click", []step{
+			{click("a", "ad", t0+10*minute, t0), Counted},
+			{click("a", "ad", t0+10*minute, t0), Duplicate}}},
+		{"late edge: window end-1 == judge is late", []step{
+			{click("a", "ad", wm-minute+1, t0), Late}}},
+		{"late edge: window end-1 == judge+1 is on time", []step{
+			{click("a", "ad", wm+1, t0), Counted}}},
+		{"duplicate of a late click is a duplicate", []step{
+			{click("a", "ad", t0+minute, t0), Late},
+			{click("a", "ad", t0+minute, t0), Duplicate}}},
+		{"beyond the horizon before dedup: not remembered", []step{
+			{click("a", "ad", wm, wm-2*hour-1), BeyondHorizon},
+			{click("a", "ad", wm, wm-2*hour-1), BeyondHorizon}}},
+		{"horizon edge: impression + horizon == judge is accepted", []step{
+			{click("a", "ad", wm+1, wm-2*hour), Counted}}},
+		{"beyond horizon wins over duplicate", []step{
+			{click("a", "ad", wm+1, wm-2*hour), Counted},
+			{click("a", "ad", wm+1, wm-2*hour-1), BeyondHorizon}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPA(t, Options{})
+			if _, err := p.Watermark(wm - 1); err != nil {
+				t.Fatal(err)
+			}
+			p.Restore([]int64{wm}) // judge = max(floor, wm) = wm
+			if p.Judge() != wm {
+				t.Fatalf("Judge() = %d, want %d", p.Judge(), wm)
+			}
+			for i, s := range tc.steps {
+				got, err := p.Add(s.c, 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != s.want {
+					t.Fatalf("step %d: got %v, want %v", i, got, s.want)
+				}
+			}
+		})
+	}
+}
+
+func TestAddNoWatermarkAcceptsEverything(t *testing.T) {
+	p := newPA(t, Options{})
+	if v, _ := p.Add(click("a", "ad", t0, t0-10*hour), 0); v != Counted {
+		t.Fatalf("got %v, want counted: with no watermark and no floor nothing is judged", v)
+	}
+}
+
+func TestPartialsAndWatermarkFlush(t *testing.T) {
+	p := newPA(t, Options{})
+	for i, ad := range []string{"x", "y", "x"} {
+		if v, _ := p.Add(click(string(rune('a'+i)), ad, t0+5_000, t0), 0); v != Counted {
+			t.Fatalf("got %v, want counted", v)
+		}
+	}
+	if v, _ := p.Add(click("d", "x", t0+minute+5, t0), 0); v != Counted {
+		t.Fatalf("got %v, want counted", v)
+	}
+	if p.Buffered() != 3 {
+		t.Fatalf("Buffered() = %d, want 3", p.Buffered())
+	}
+	// The watermark closes minute t0 while its partials are buffered: they
+	// come back from Watermark, to be forwarded before it.
+	out, err := p.Watermark(t0 + minute - 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Partial{{"x", t0, 2, 20}, {"y", t0, 1, 10}, {"x", t0 + minute, 1, 10}}
+	if !slices.Equal(out, want) {
+		t.Fatalf("Watermark returned %v, want %v", out, want)
+	}
+	if p.Buffered() != 0 {
+		t.Fatalf("Buffered() = %d after the watermark, want 0", p.Buffered())
+	}
+	// After it, a click of that minute is late and never buffered.
+	if v, _ := p.Add(click("e", "x", t0+1, t0), 0); v != Late || p.Buffered() != 0 {
+		t.Fatalf("got %v with %d buffered, want late with 0", v, p.Buffered())
+	}
+	// A lower watermark is ignored but still flushes.
+	p.Add(click("f", "x", t0+2*minute, t0), 0)
+	out, _ = p.Watermark(t0)
+	if len(out) != 1 || p.CurrentWatermark() != t0+minute-1 {
+		t.Fatalf("lower watermark: got %v and wm %d, want one partial and wm unchanged", out, p.CurrentWatermark())
+	}
+}
+
+func TestBarrier(t *testing.T) {
+	p := newPA(t, Options{})
+	if _, f := p.Barrier(); f != NoWatermark {
+		t.Fatalf("floor candidate before any watermark = %d, want NoWatermark", f)
+	}
+	p.Watermark(t0 + 34_999)
+	p.Add(click("c7", "ad_9", t0+58_000, t0), 0)
+	parts, floor := p.Barrier()
+	if len(parts) != 1 || parts[0].Count != 1 || floor != t0+34_999 {
+		t.Fatalf("Barrier() = %v, %d; want the buffered partial and floor %d", parts, floor, t0+34_999)
+	}
+	if p.Buffered() != 0 {
+		t.Fatalf("Buffered() = %d after the barrier, want 0", p.Buffered())
+	}
+}
+
+func TestRestoreFloorIsMinimum(t *testing.T) {
+	tests := []struct {
+		saved []int64
+		want  int64
+	}{
+		{nil, NoWatermark},
+		{[]int64{t0}, t0},
+		{[]int64{t0 + 5, t0, t0 + 9}, t0},
+		{[]int64{t0, NoWatermark}, NoWatermark},
+	}
+	for _, tc := range tests {
+		p := newPA(t, Options{})
+		p.Restore(tc.saved)
+		if p.Floor() != tc.want || p.Judge() != tc.want {
+			t.Errorf("Restore(%v): floor %d judge %d, want %d", tc.saved, p.Floor(), p.Judge(), tc.want)
+		}
+	}
+}
+
+// TestFloorCandidateNeverBelowFloor: after a restore the first watermarks can
+// be below the restored floor (a shard with an old backlog holds the
+// minimum). The candidate saved at the next barrier must not go below the
+// floor, or a second restore from that checkpoint judges clicks against a
+// lower time than the first checkpoint had reached, and minutes that closed
+// before it re-open (seed 001 Part 7: the floor never lets a restored job
+// judge below a checkpoint's watermark).
+func TestFloorCandidateNeverBelowFloor(t *testing.T) {
+	p := newPA(t, Options{})
+	floor := t0 + 2*minute
+	p.Restore([]int64{floor})
+	p.Watermark(t0 + 30_000) // below the floor
+	if got := p.Judge(); got != floor {
+		t.Fatalf("Judge() = %d, want the floor %d", got, floor)
+	}
+	_, cand := p.Barrier()
+	if cand < floor {
+		t.Fatalf("floor candidate saved at the barrier = %d, want ≥ the restored floor %d", cand, floor)
+	}
+}
+
+func TestTickCadence(t *testing.T) {
+	p := newPA(t, Options{FlushIntervalMs: 500})
+	add := func(id string) { p.Add(click(id, "ad", t0+10*minute, t0), 0) }
+	if out, _ := p.Tick(t0); out != nil {
+		t.Fatalf("first Tick returned %v, want nil (it starts the cadence)", out)
+	}
+	add("a")
+	steps := []struct {
+		at   int64
+		want int
+	}{{t0 + 200, 0}, {t0 + 499, 0}, {t0 + 500, 1}, {t0 + 900, 0}}
+	for _, s := range steps {
+		out, err := p.Tick(s.at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) != s.want {
+			t.Fatalf("Tick(+%d) returned %d partials, want %d", s.at-t0, len(out), s.want)
+		}
+		if s.at == t0+500 {
+			add("b")
+		}
+	}
+	if out, _ := p.Tick(t0 + 1000); len(out) != 1 {
+		t.Fatalf("Tick(+1000) returned %d partials, want 1", len(out))
+	}
+}
+
+// recDedup records calls to Expire.
+type recDedup struct {
+	*MemDedup
+	expires []int64
+	fail    error
+}
+
+func (r *recDedup) Expire(from, to int, before int64) error {
+	r.expires = append(r.expires, before)
+	if r.fail != nil {
+		return r.fail
+	}
+	return r.MemDedup.Expire(from, to, before)
+}
+
+func (r *recDedup) Insert(kg int, id string, exp int64) (bool, error) {
+	if r.fail != nil {
+		return false, r.fail
+	}
+	return r.MemDedup.Insert(kg, id, exp)
+}
+
+func TestGuard(t *testing.T) {
+	d := &recDedup{MemDedup: NewMemDedup()}
+	p, err := New(Options{}, d, 0, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0 + 30*hour
+	p.Add(click("old", "ad", now-27*hour, now-27*hour), 0) // impression 27 h before processing time
+	p.Add(click("new", "ad", now-hour, now-hour), 0)
+	p.Tick(now)
+	if len(d.expires) != 0 {
+		t.Fatalf("the first Tick expired %v, want nothing", d.expires)
+	}
+	p.Tick(now + 59_999)
+	if len(d.expires) != 0 {
+		t.Fatalf("Tick before 60 s expired %v, want nothing", d.expires)
+	}
+	p.Tick(now + 60_000)
+	want := now + 60_000 - 26*hour + 2*hour
+	if !slices.Equal(d.expires, []int64{want}) {
+		t.Fatalf("guard expired before %v, want [%d]", d.expires, want)
+	}
+	if d.Len() != 1 {
+		t.Fatalf("dedup holds %d ids after the guard, want 1 (the 27 h old one gone)", d.Len())
+	}
+}
+
+func TestDedupErrors(t *testing.T) {
+	boom := errors.New("boom")
+	d := &recDedup{MemDedup: NewMemDedup(), fail: boom}
+	p, _ := New(Options{}, d, 0, 128)
+	if _, err := p.Add(click("a", "ad", t0, t0), 0); !errors.Is(err, boom) {
+		t.Fatalf("Add error = %v, want it to wrap %v", err, boom)
+	}
+	if _, err := p.Watermark(t0); !errors.Is(err, boom) {
+		t.Fatalf("Watermark error = %v, want it to wrap %v", err, boom)
+	}
+}
+
+func TestWatermarkExpiresIDs(t *testing.T) {
+	d := NewMemDedup()
+	p, _ := New(Options{}, d, 0, 128)
+	p.Add(click("a", "ad", t0+hour, t0), 1) // expiry t0 + 2 h
+	p.Watermark(t0 + 2*hour)                // expiry not before wm: kept
+	if d.Len() != 1 {
+		t.Fatalf("dedup holds %d, want 1", d.Len())
+	}
+	p.Watermark(t0 + 2*hour + minute) // a later minute: expiry < wm, gone
+	if d.Len() != 0 {
+		t.Fatalf("dedup holds %d, want 0", d.Len())
+	}
+	// A copy now is beyond the horizon, never counted again.
+	if v, _ := p.Add(click("a", "ad", t0+hour, t0), 1); v != BeyondHorizon {
+		t.Fatalf("got %v, want beyond_horizon", v)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	if _, err := New(Options{WindowMs: 7_000}, NewMemDedup(), 0, 1); err == nil {
+		t.Error("window of 7 s (does not divide an hour): got nil error")
+	}
+	if _, err := New(Options{HorizonMs: 10 * hour, GuardMs: hour}, NewMemDedup(), 0, 1); err == nil {
+		t.Error("guard below horizon: got nil error")
+	}
+	if _, err := New(Options{}, nil, 0, 1); err == nil {
+		t.Error("nil dedup without NoDedup: got nil error")
+	}
+	if _, err := New(Options{NoDedup: true}, nil, 0, 1); err != nil {
+		t.Errorf("NoDedup with nil dedup: %v", err)
+	}
+}
+
+func TestVerdictString(t *testing.T) {
+	for v, want := range map[Verdict]string{Counted: "counted", Late: "late", Duplicate: "duplicate", BeyondHorizon: "beyond_horizon", 9: "verdict(9)"} {
+		if got := v.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", v, got, want)
+		}
+	}
+}

@@ -1,0 +1,89 @@
+// Package valkey is the Valkey (Redis protocol) adapter of sink.Totals: the
+// running totals per ad and minute, and per ad and hour, that dashboards
+// read within seconds of a click, and the bookkeeping the flush after a
+// restore uses to find the totals written since a checkpoint.
+//
+// # Key layout
+//
+// With the default prefix "adclick" (Options.Prefix):
+//
+//	adclick:m:{<ad>}:<YYYY-MM-DDTHH:MMZ>   HASH  a minute total, e.g. adclick:m:{ad_7}:2026-11-29T10:14Z
+//	adclick:h:{<ad>}:<YYYY-MM-DDTHHZ>      HASH  an hour total,  e.g. adclick:h:{ad_7}:2026-11-29T10Z
+//	    fields: valid         valid clicks (decimal)
+//	            spend_micros  spend in micros (decimal)
+//	            ckpt          the epoch (last barrier the writer passed) of the write
+//	adclick:ep:<epoch>                     SET   the names of the total keys written under epoch
+//	adclick:epochs                         ZSET  the epochs that have a set (member and score: the epoch)
+//
+// Times are the UTC start of the minute or hour. The ad id is stored as
+// given, between the braces. A dashboard reads a total with
+// HMGET adclick:m:{ad_7}:2026-11-29T10:14Z valid spend_micros.
+//
+// Every write is an absolute HSET of all three fields (one command, so a
+// reader never sees a torn total), never HINCRBY: a replay or a flush
+// rewrites a total by setting it again. Every key carries an expiry, set
+// again at each write: minute totals Options.MinuteTTL (48h), hour totals
+// Options.HourTTL (8 days), epoch sets and the registry Options.EpochTTL
+// (the longer of the two), so the bookkeeping outlives the keys it lists.
+//
+// # Bookkeeping and the flush
+//
+// SetTotals adds each key to the set of its epoch, and a key rewritten under
+// another epoch is listed under both: the flush after restoring checkpoint c
+// reads the sets of every epoch >= c, rewrites the keys restored state holds
+// and deletes the others (seed 001 Part 8). The sets are written in a round
+// trip before the values, so a value is never present without its record.
+// DeleteTotals deletes values first and then removes them from every epoch
+// set in the registry. ForgetEpochs deletes whole sets; the runtime calls it
+// for epochs older than the oldest checkpoint it can still restore, which
+// keeps the registry, and the cost of DeleteTotals, small.
+//
+// # Cluster mode
+//
+// The ad id is the hash tag: all totals of one ad live in one slot, so a
+// reader may pipeline one ad's minutes to a single node. Epoch sets and the
+// registry are ordinary keys in their own slots. The store sends only
+// single-key commands, so it works unchanged against a cluster
+// (Options.Cluster), where valkey-go routes each command of a pipeline to
+// its slot's node. Ordering between the epoch round trip and the value round
+// trip holds in both modes because they are separate round trips.
+//
+// # Client-side caching
+//
+// valkey-go speaks RESP3 and enables server-assisted client-side caching
+// (CLIENT TRACKING) by default. Redis 7.0 and Valkey support both, so it is
+// not required to turn it off for them; the store still sets DisableCache:
+// it never reads through the cache (no DoCache: dashboards must see fresh
+// values), tracking would only cost the server memory and invalidation
+// traffic, and some managed servers and proxies refuse CLIENT TRACKING, which
+// makes valkey-go fail to connect unless the cache is disabled.
+//
+// # Availability
+//
+// Valkey is a view for dashboards, not the source of truth: the counts live
+// in the job's state and in the rows. So the store fails fast instead of
+// waiting: every round trip is bounded by Options.Timeout (2s), connecting by
+// Options.DialTimeout (1s), and the client does not retry. A call needs a
+// bounded number of round trips, so an unreachable or unresponsive server
+// makes SetTotals return an error within about Timeout + DialTimeout. New
+// does not fail when a standalone server is down; the store connects on
+// first use and reconnects by itself when the server returns.
+//
+// The contract with the runtime: on a SetTotals error it keeps counting (the
+// totals stay in state), and it calls Ping periodically; once Ping succeeds
+// it rewrites the running totals of its open windows from state (absolute
+// values, so rewriting is always safe) before relying on Valkey again.
+//
+// # Metrics
+//
+//	adclick_valkey_up                       gauge: 1 after a round trip reached the server, 0 after one failed to
+//	adclick_valkey_errors_total{op}         failed round trips (op: set, get, list, delete, forget, ping)
+//	adclick_valkey_totals_written_total     totals written
+//	adclick_valkey_totals_deleted_total     totals deleted
+//	adclick_valkey_call_duration_seconds{op}
+//
+// A reply error from the server (such as WRONGTYPE) counts as an error and
+// shows the server up; a round trip ended by the caller's own context counts
+// as an error and leaves the gauge as it was. Totals refused before any I/O
+// (ErrBadTotal) are not counted.
+package valkey

@@ -1,0 +1,233 @@
+package windowing
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const (
+	mn = int64(60_000)
+	h0 = int64(1_800_000_000_000) // a whole hour, Unix ms
+)
+
+func collect(m *Minutes, wm int64) []Row {
+	var out []Row
+	m.Advance(wm, func(r Row) { out = append(out, r) })
+	return out
+}
+
+func newMinutes(t *testing.T) *Minutes {
+	t.Helper()
+	m, err := NewMinutes(mn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestMinutesFireEdge(t *testing.T) {
+	m := newMinutes(t)
+	m.Add("ad", h0, 2, 20)
+	if rows := collect(m, h0+mn-2); len(rows) != 0 {
+		t.Fatalf("at end−2: got %v, want nothing", rows)
+	}
+	rows := collect(m, h0+mn-1)
+	want := []Row{{Ad: "ad", StartMs: h0, Valid: 2, SpendMicros: 20}, {Ad: "ad", StartMs: h0, Hour: true, Valid: 2, SpendMicros: 20}}
+	if !slices.Equal(rows, want) {
+		t.Fatalf("at end−1: got %v, want %v", rows, want)
+	}
+	if m.Add("ad", h0, 1, 1) {
+		t.Fatal("Add to a fired window returned true, want false")
+	}
+	if m.Stats().ClosedPartials != 1 {
+		t.Fatalf("ClosedPartials = %d, want 1", m.Stats().ClosedPartials)
+	}
+}
+
+func TestMinutesHourRollUp(t *testing.T) {
+	m := newMinutes(t)
+	m.Add("b", h0+2*mn, 4, 40)
+	m.Add("a", h0, 1, 10)
+	m.Add("a", h0+mn, 3, 30)
+	m.Add("a", h0+mn, 2, 20) // a second partial for the same minute
+	m.Add("a", h0+59*mn, 7, 70)
+	rows := collect(m, h0+3*mn-1)
+	want := []Row{
+		{Ad: "a", StartMs: h0, Valid: 1, SpendMicros: 10},
+		{Ad: "a", StartMs: h0 + mn, Valid: 5, SpendMicros: 50},
+		{Ad: "b", StartMs: h0 + 2*mn, Valid: 4, SpendMicros: 40},
+		{Ad: "a", StartMs: h0, Hour: true, Valid: 6, SpendMicros: 60}, // closed minutes only: not the open 59th
+		{Ad: "b", StartMs: h0, Hour: true, Valid: 4, SpendMicros: 40},
+	}
+	if !slices.Equal(rows, want) {
+		t.Fatalf("got %v\nwant %v", rows, want)
+	}
+	// Hour state is kept while a minute of the hour is open...
+	if !m.HasTotal("a", h0, true) || m.HasTotal("b", h0, true) != true {
+		t.Fatal("hour totals dropped while the hour is not complete")
+	}
+	rows = collect(m, h0+60*mn-1)
+	want = []Row{{Ad: "a", StartMs: h0 + 59*mn, Valid: 7, SpendMicros: 70}, {Ad: "a", StartMs: h0, Hour: true, Valid: 13, SpendMicros: 130}}
+	if !slices.Equal(rows, want) {
+		t.Fatalf("got %v\nwant %v", rows, want)
+	}
+	// ...and dropped once the hour is complete.
+	if m.HasTotal("a", h0, true) || m.HasTotal("b", h0, true) {
+		t.Fatal("hour state kept after the hour is complete")
+	}
+	if m.OpenWindows() != 0 {
+		t.Fatalf("OpenWindows() = %d, want 0", m.OpenWindows())
+	}
+}
+
+func TestMinutesAdvanceNeverBack(t *testing.T) {
+	m := newMinutes(t)
+	m.Add("a", h0+5*mn, 1, 0)
+	collect(m, h0+10*mn)
+	if rows := collect(m, h0); len(rows) != 0 || m.Watermark() != h0+10*mn {
+		t.Fatalf("lower watermark: got %v and wm %d, want nothing and wm unchanged", rows, m.Watermark())
+	}
+}
+
+func early(m *Minutes) []string {
+	var out []string
+	m.Early(func(r Running) {
+		k := "m"
+		if r.Hour {
+			k = "h"
+		}
+		out = append(out, fmt.Sprintf("%s %s %d=%d", k, r.Ad, (r.StartMs-h0)/mn, r.Valid))
+	})
+	slices.Sort(out)
+	return out
+}
+
+func TestMinutesEarlyOnlyChanged(t *testing.T) {
+	m := newMinutes(t)
+	m.Add("a", h0, 1, 0)
+	m.Add("b", h0+mn, 2, 0)
+	if got, want := early(m), []string{"h a 0=1", "h b 0=2", "m a 0=1", "m b 1=2"}; !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	if got := early(m); len(got) != 0 {
+		t.Fatalf("nothing changed: got %v, want nothing", got)
+	}
+	m.Add("a", h0, 3, 0)
+	if got, want := early(m), []string{"h a 0=4", "m a 0=4"}; !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	// A minute that closed since the last call is not re-emitted as
+	// running (the row carries its final total); its hour is unchanged too.
+	collect(m, h0+mn-1)
+	if got := early(m); len(got) != 0 {
+		t.Fatalf("after closing minute 0: got %v, want nothing", got)
+	}
+}
+
+func snapshot(t *testing.T, m *Minutes) map[int][]byte {
+	t.Helper()
+	out := map[int][]byte{}
+	if err := m.Snapshot(func(kg int, d []byte) error { out[kg] = slices.Clone(d); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestMinutesSnapshotRestoreRoundtrip(t *testing.T) {
+	build := func() *Minutes {
+		m := newMinutes(t)
+		for i, ad := range []string{"ad_7", "ad_9", "ad_1", "ad_7", "héllo"} {
+			m.Add(ad, h0+int64(i%3)*mn, int64(i+1), int64(10*i))
+		}
+		m.Add("ad_7", h0+61*mn, 5, 5) // the next hour
+		collect(m, h0+mn-1)           // minute 0 closed: hour state with closed and open parts
+		return m
+	}
+	a := build()
+	b := newMinutes(t)
+	for _, d := range snapshot(t, a) {
+		if err := b.Restore(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Restore does not bring the watermark; feed both the same future.
+	collect(b, h0+mn-1)
+	for _, m := range []*Minutes{a, b} {
+		m.Add("ad_9", h0+2*mn, 1, 1)
+		m.Add("new", h0+3*mn, 1, 1)
+	}
+	for _, wm := range []int64{h0 + 2*mn - 1, h0 + 4*mn - 1, h0 + 2*60*mn} {
+		ra, rb := collect(a, wm), collect(b, wm)
+		if !slices.Equal(ra, rb) {
+			t.Fatalf("after restore at wm %d: got %v, want %v", wm, rb, ra)
+		}
+	}
+	sa, sb := snapshot(t, a), snapshot(t, b)
+	if len(sa) != len(sb) {
+		t.Fatalf("snapshots differ: %d vs %d key groups", len(sa), len(sb))
+	}
+	for kg := range sa {
+		if !slices.Equal(sa[kg], sb[kg]) {
+			t.Fatalf("key group %d: snapshots differ", kg)
+		}
+	}
+}
+
+func TestMinutesSnapshotError(t *testing.T) {
+	m := newMinutes(t)
+	m.Add("a", h0, 1, 1)
+	boom := errors.New("boom")
+	if err := m.Snapshot(func(int, []byte) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("got %v, want %v", err, boom)
+	}
+}
+
+func TestMinutesRestoreCorrupt(t *testing.T) {
+	m := newMinutes(t)
+	m.Add("ad_7", h0, 3, 30)
+	collect(m, h0-1)
+	var good []byte
+	m.Snapshot(func(_ int, d []byte) error { good = append(good, d...); return nil })
+	cases := map[string][]byte{
+		"bad kind":         append([]byte{'x'}, good[1:]...),
+		"length too long":  {'m', 0x7f, 'a'},
+		"bad uvarint":      {'m', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+		"truncated varint": {'m', 1, 'a', 0x80},
+		"hour truncated":   {'h', 1, 'a', 2, 2, 2},
+	}
+	for i := 1; i < len(good); i++ {
+		cases[fmt.Sprintf("truncated at %d", i)] = good[:i]
+	}
+	for name, d := range cases {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("Restore panicked: %v", r)
+				}
+			}()
+			if err := newMinutes(t).Restore(d); err == nil {
+				t.Fatalf("Restore(%q) = nil, want an error", d)
+			}
+		})
+	}
+}
+
+func FuzzMinutesRestore(f *testing.F) {
+	f.Add([]byte("m\x01a\x02\x02\x02"))
+	f.Add([]byte("h\x01a\x02\x02\x02\x02\x02\x02"))
+	f.Fuzz(func(t *testing.T, d []byte) {
+		m, _ := NewMinutes(mn)
+		_ = m.Restore(d) // must not panic
+	})
+}
+
+func TestNewMinutesValidates(t *testing.T) {
+	for _, w := range []int64{0, -1, 7_000} {
+		if _, err := NewMinutes(w); err == nil || !strings.HasPrefix(err.Error(), "windowing:") {
+			t.Errorf("NewMinutes(%d) error = %v, want a windowing: error", w, err)
+		}
+	}
+}
