@@ -84,15 +84,35 @@ func (c *checkpoints) latest() (m Meta, ok bool, err error) {
 }
 
 func (c *checkpoints) meta(id int64) (Meta, error) {
-	b, err := os.ReadFile(filepath.Join(c.path(id), "meta.json"))
+	return readMeta(c.path(id))
+}
+
+func readMeta(dir string) (Meta, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
 	if err != nil {
-		return Meta{}, fmt.Errorf("runtime: read checkpoint %d: %w", id, err)
+		return Meta{}, fmt.Errorf("runtime: read checkpoint: %w", err)
 	}
 	var m Meta
 	if err := json.Unmarshal(b, &m); err != nil {
-		return Meta{}, fmt.Errorf("runtime: checkpoint %d: corrupt meta.json: %w", id, err)
+		return Meta{}, fmt.Errorf("runtime: %s: corrupt meta.json: %w", dir, err)
 	}
 	return m, nil
+}
+
+// dropAfter removes the checkpoints with ids above id.
+func (c *checkpoints) dropAfter(id int64) error {
+	ids, err := c.ids()
+	if err != nil {
+		return err
+	}
+	for _, x := range ids {
+		if x > id {
+			if err := os.RemoveAll(c.path(x)); err != nil {
+				return fmt.Errorf("runtime: drop checkpoint %d: %w", x, err)
+			}
+		}
+	}
+	return nil
 }
 
 // staging returns an empty directory to build checkpoint id in.

@@ -34,6 +34,10 @@ type Config struct {
 	Parallelism int
 	// JobGen is this job version's generation (job_gen). Default 1.
 	JobGen int64
+	// FromSavepoint, when set, restores that savepoint (a path, or an id
+	// under DataDir/savepoints) instead of the latest checkpoint; checkpoint
+	// ids continue at its id + 1.
+	FromSavepoint string
 
 	AllowanceMs          int64 // out-of-orderness allowance; default 5,000
 	WatermarkIntervalMs  int64 // watermark emission; default 200

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/adclick/adclick/ingest"
@@ -20,19 +24,20 @@ import (
 // goroutine, so every pre-aggregator sees the same watermarks and barriers
 // in the same order relative to its clicks.
 type driver struct {
-	j        *Job
-	src      source
-	wms      *ingest.Watermarks
-	batches  [][]ingest.Click
-	procMs   int64
-	nextTick int64
-	lastCkpt int64 // processing time the last checkpoint completed (or the job started)
-	records  int64
-	invalid  int64
-	log      *exlog
-	pending  bool // a record has been read from the source but not yet routed
-	rec      latepath.Record
-	c        ingest.Click
+	j         *Job
+	src       source
+	wms       *ingest.Watermarks
+	batches   [][]ingest.Click
+	procMs    int64
+	nextTick  int64
+	lastCkpt  int64 // processing time the last checkpoint completed (or the job started)
+	records   int64
+	invalid   int64
+	log       *exlog
+	pending   bool  // a record has been read from the source but not yet routed
+	forgotten int64 // epochs below this are forgotten by the totals store
+	rec       latepath.Record
+	c         ingest.Click
 }
 
 func newDriver(j *Job, src source) *driver {
@@ -68,7 +73,9 @@ func (d *driver) run(ctx, runCtx context.Context) error {
 		}
 		d.pending = true
 		if !virtual {
-			if err := d.waitUntil(ctx, runCtx, arr); err != nil {
+			if err := d.waitUntil(ctx, runCtx, arr); errors.Is(err, errStopped) {
+				return d.drain(runCtx)
+			} else if err != nil {
 				return err
 			}
 			if ctx.Err() != nil {
@@ -76,7 +83,9 @@ func (d *driver) run(ctx, runCtx context.Context) error {
 				return d.stopBefore(runCtx)
 			}
 		}
-		if err := d.consume(runCtx, line, truncated, virtual); err != nil {
+		if err := d.consume(runCtx, line, truncated, virtual); errors.Is(err, errStopped) {
+			return d.drain(runCtx)
+		} else if err != nil {
 			return err
 		}
 		d.pending = false
@@ -219,7 +228,38 @@ func (d *driver) tick(ctx context.Context, t int64) error {
 	}
 	d.publish(t, wm)
 	if !d.j.cfg.NoCheckpoint && t-d.lastCkpt >= d.j.cfg.CheckpointIntervalMs {
-		return d.checkpoint(ctx, t, false)
+		if _, err := d.checkpoint(ctx, t, false); err != nil {
+			return err
+		}
+	}
+	select {
+	case r := <-d.j.ctl:
+		return d.control(ctx, r)
+	default:
+	}
+	return nil
+}
+
+// errStopped ends the driver's loop after an operator's stop.
+var errStopped = errors.New("runtime: stopped by operator")
+
+func (d *driver) control(ctx context.Context, r ctlReq) error {
+	var resp ctlResp
+	switch r.kind {
+	case ctlSavepoint:
+		resp.meta, resp.err = d.checkpoint(ctx, d.procMs, false)
+	case ctlStop:
+		resp.meta, resp.err = d.checkpoint(ctx, d.procMs, true)
+	}
+	if resp.err == nil && r.savepoint {
+		resp.path, resp.err = d.j.keepSavepoint(resp.meta.ID)
+	}
+	r.reply <- resp
+	if resp.err != nil {
+		return resp.err
+	}
+	if r.kind == ctlStop {
+		return errStopped
 	}
 	return nil
 }
@@ -256,10 +296,15 @@ func (d *driver) stop(ctx context.Context, endOfInput bool) error {
 
 func (d *driver) stopBefore(ctx context.Context) error {
 	if !d.j.cfg.NoCheckpoint {
-		if err := d.checkpoint(ctx, d.procMs, true); err != nil {
+		if _, err := d.checkpoint(ctx, d.procMs, true); err != nil {
 			return err
 		}
 	}
+	return d.drain(ctx)
+}
+
+// drain ends every subtask after the final checkpoint.
+func (d *driver) drain(ctx context.Context) error {
 	if err := d.broadcast(ctx, toPre{kind: mEnd, procMs: d.procMs}); err != nil {
 		return err
 	}
@@ -270,25 +315,25 @@ func (d *driver) stopBefore(ctx context.Context) error {
 // mark (before any write can carry it), save the source positions, inject
 // the barrier, collect every subtask's acknowledgement and state, write the
 // Pebble checkpoint and the metadata, then let the graph go on.
-func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) error {
+func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) (Meta, error) {
 	j := d.j
 	id := j.nextID
 	j.nextID++
 	began := time.Now()
 	if err := j.ckpts.setHigh(id); err != nil {
-		return err
+		return Meta{}, err
 	}
 	if err := d.flushBatches(ctx); err != nil {
-		return err
+		return Meta{}, err
 	}
 	positions := d.src.positions(d.pending)
 	if err := d.log.barrier(id); err != nil {
-		return err
+		return Meta{}, err
 	}
 	b := &barrier{id: id, final: final, resume: make(chan struct{})}
 	defer close(b.resume)
 	if err := d.broadcast(ctx, toPre{kind: mBarrier, barrier: b, procMs: procMs}); err != nil {
-		return err
+		return Meta{}, err
 	}
 	floors := make([]int64, len(j.pres))
 	var win, late []blob
@@ -298,7 +343,7 @@ func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) error
 		select {
 		case a = <-j.acks:
 		case <-ctx.Done():
-			return ctx.Err()
+			return Meta{}, ctx.Err()
 		}
 		if a.err != nil {
 			errs = append(errs, fmt.Errorf("%s subtask %d: %w", a.role, a.index, a.err))
@@ -311,12 +356,12 @@ func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) error
 	}
 	if err := errors.Join(errs...); err != nil {
 		j.m.ckpts.WithLabelValues("failed").Inc()
-		return fmt.Errorf("runtime: checkpoint %d: %w", id, err)
+		return Meta{}, fmt.Errorf("runtime: checkpoint %d: %w", id, err)
 	}
 	meta, err := d.write(id, positions, floors, win, late, final, began)
 	if err != nil {
 		j.m.ckpts.WithLabelValues("failed").Inc()
-		return err
+		return Meta{}, err
 	}
 	d.lastCkpt = procMs
 	j.m.ckpts.WithLabelValues("completed").Inc()
@@ -327,7 +372,7 @@ func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) error
 	j.status.LastCheckpoint = &meta
 	j.mu.Unlock()
 	j.log.Debug("checkpoint", "id", id, "duration_ms", meta.DurationMs, "size_bytes", meta.SizeBytes, "final", final)
-	return nil
+	return meta, nil
 }
 
 func (d *driver) write(id int64, positions map[string]string, floors []int64, win, late []blob, final bool, began time.Time) (Meta, error) {
@@ -366,7 +411,37 @@ func (d *driver) write(id int64, positions map[string]string, floors []int64, wi
 	if err := j.ckpts.prune(j.cfg.CheckpointsKept); err != nil {
 		return Meta{}, err
 	}
+	d.forgetEpochs()
 	return meta, nil
+}
+
+// forgetEpochs drops the running-total store's bookkeeping of epochs no
+// restore can go back to: below the oldest kept checkpoint and the oldest
+// savepoint. A failure only leaves bookkeeping to expire.
+func (d *driver) forgetEpochs() {
+	j := d.j
+	if j.totals == nil {
+		return
+	}
+	ids, err := j.ckpts.ids()
+	if err != nil || len(ids) == 0 {
+		return
+	}
+	oldest := ids[0]
+	if ents, err := os.ReadDir(filepath.Join(j.cfg.DataDir, "savepoints")); err == nil {
+		for _, e := range ents {
+			if v, err := strconv.ParseInt(strings.TrimPrefix(e.Name(), "sp-"), 10, 64); err == nil {
+				oldest = min(oldest, v)
+			}
+		}
+	}
+	if oldest > d.forgotten {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := j.totals.ForgetEpochs(ctx, d.forgotten, oldest); err == nil {
+			d.forgotten = oldest
+		}
+	}
 }
 
 func floorsMin(f []int64) int64 {

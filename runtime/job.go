@@ -58,6 +58,8 @@ type Job struct {
 	pres     []*preSub
 	wins     []*winSub
 	acks     chan ack
+	ctl      chan ctlReq
+	done     chan struct{}
 
 	mu     sync.Mutex
 	status Status
@@ -76,14 +78,29 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("runtime: data dir: %w", err)
 	}
-	j := &Job{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer)}
+	j := &Job{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer), ctl: make(chan ctlReq), done: make(chan struct{})}
 	var err error
 	if j.ckpts, err = newCheckpoints(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	meta, found, err := j.ckpts.latest()
-	if err != nil {
-		return nil, err
+	var meta Meta
+	var found bool
+	ckptDir := ""
+	if cfg.FromSavepoint != "" {
+		if ckptDir, meta, err = j.openSavepoint(cfg.FromSavepoint); err != nil {
+			return nil, err
+		}
+		found = true
+		// Checkpoints after the savepoint belong to a lineage this start
+		// abandons; ids after the savepoint are reused by the new one.
+		if err := j.ckpts.dropAfter(meta.ID); err != nil {
+			return nil, err
+		}
+	} else {
+		if meta, found, err = j.ckpts.latest(); err != nil {
+			return nil, err
+		}
+		ckptDir = j.ckpts.path(meta.ID)
 	}
 	fp, desc := cfg.fingerprint()
 	if found && meta.Fingerprint != fp {
@@ -92,7 +109,7 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	stateDir := filepath.Join(cfg.DataDir, "state")
 	if found {
-		j.st, err = state.OpenFromCheckpoint(filepath.Join(j.ckpts.path(meta.ID), "state"), stateDir, state.Options{})
+		j.st, err = state.OpenFromCheckpoint(filepath.Join(ckptDir, "state"), stateDir, state.Options{})
 	} else {
 		if err = os.RemoveAll(stateDir); err == nil {
 			j.st, err = state.Open(stateDir, state.Options{})
@@ -148,8 +165,11 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		return nil, err
 	}
 	// Checkpoint ids never go down: continue after anything an earlier run
-	// may have used.
+	// may have used; a savepoint start continues at its id + 1.
 	j.nextID = max(high, j.c) + 1
+	if cfg.FromSavepoint != "" {
+		j.nextID = j.c + 1
+	}
 	if err := j.ckpts.setHigh(max(high, j.c)); err != nil {
 		j.Close()
 		return nil, err
@@ -268,6 +288,20 @@ func (j *Job) Status() Status {
 	return s
 }
 
+// openSavepoint finds a savepoint by path or by id (under
+// DataDir/savepoints) and reads its metadata.
+func (j *Job) openSavepoint(ref string) (string, Meta, error) {
+	dir := ref
+	if id, err := strconv.ParseInt(ref, 10, 64); err == nil {
+		dir = j.savepointDir(id)
+	}
+	m, err := readMeta(dir)
+	if err != nil {
+		return "", Meta{}, fmt.Errorf("runtime: savepoint %s: %w", ref, err)
+	}
+	return dir, m, nil
+}
+
 // Rows returns the row store the job writes.
 func (j *Job) Rows() sink.Rows { return j.rows }
 
@@ -317,6 +351,7 @@ func (j *Job) Run(ctx context.Context) error {
 			}
 		})
 	}
+	defer close(j.done)
 	j.setReady(true)
 	d := newDriver(j, src)
 	derr := d.run(ctx, runCtx)

@@ -61,6 +61,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cfg.Source, "source", "gen", "gen (built-in generator, real time) or file:PATH (JSON Lines replay)")
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the HTTP API (empty = no HTTP server)")
 	fs.IntVar(&cfg.Parallelism, "parallelism", 0, "pre-aggregator and window subtasks (default: number of CPUs, at most 128)")
+	fs.StringVar(&cfg.FromSavepoint, "from-savepoint", "", "start from this savepoint (a path, or an id under --data/savepoints) instead of the latest checkpoint: blue/green, rescaling, upgrades")
 	fs.Int64Var(&cfg.JobGen, "job-gen", 1, "job generation (job_gen) of this version; raise it for each blue/green deployment")
 	fs.Int64Var(&cfg.AllowanceMs, "allowance-ms", 5000, "out-of-orderness allowance: watermark = max event time - allowance - 1 ms")
 	fs.Int64Var(&cfg.WatermarkIntervalMs, "watermark-interval-ms", 200, "watermark emission interval (processing time)")

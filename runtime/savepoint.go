@@ -1,0 +1,138 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/adclick/adclick/flush"
+)
+
+// ErrNotRunning is returned by operator actions when the job is not
+// running (not started yet, or finished).
+var ErrNotRunning = errors.New("runtime: job is not running")
+
+type ctlKind uint8
+
+const (
+	ctlSavepoint ctlKind = iota + 1
+	ctlStop
+)
+
+type ctlReq struct {
+	kind      ctlKind
+	savepoint bool
+	reply     chan ctlResp
+}
+
+type ctlResp struct {
+	meta Meta
+	path string
+	err  error
+}
+
+// Savepoint takes a checkpoint now and keeps a copy of it under
+// DataDir/savepoints/sp-<id>, which retention never removes. It returns the
+// savepoint's metadata and path. Start another job from it with
+// Config.FromSavepoint (blue/green, rescaling, upgrades).
+func (j *Job) Savepoint(ctx context.Context) (Meta, string, error) {
+	return j.control(ctx, ctlReq{kind: ctlSavepoint, savepoint: true})
+}
+
+// Stop stops the job with a final checkpoint (and, if savepoint is set, a
+// savepoint of it) and returns its metadata once Run is about to return.
+func (j *Job) Stop(ctx context.Context, savepoint bool) (Meta, string, error) {
+	return j.control(ctx, ctlReq{kind: ctlStop, savepoint: savepoint})
+}
+
+func (j *Job) control(ctx context.Context, r ctlReq) (Meta, string, error) {
+	r.reply = make(chan ctlResp, 1)
+	select {
+	case j.ctl <- r:
+	case <-j.done:
+		return Meta{}, "", ErrNotRunning
+	case <-ctx.Done():
+		return Meta{}, "", ctx.Err()
+	}
+	select {
+	case resp := <-r.reply:
+		return resp.meta, resp.path, resp.err
+	case <-ctx.Done():
+		return Meta{}, "", ctx.Err()
+	}
+}
+
+// Sweep is the second sweep after a blue/green switch: once the old version
+// (generation gen) has stopped writing, it removes what that generation
+// wrote since savepoint since, per writer, up to epoch high (0 = this job's
+// current epoch plus a margin of 100 epochs, since both versions count from
+// the savepoint).
+func (j *Job) Sweep(ctx context.Context, gen, since, high int64) (flush.Report, error) {
+	if gen >= j.cfg.JobGen {
+		return flush.Report{}, fmt.Errorf("runtime: sweep of generation %d refused: it is not older than this job's generation %d", gen, j.cfg.JobGen)
+	}
+	if high == 0 {
+		h, _, err := j.ckpts.high()
+		if err != nil {
+			return flush.Report{}, err
+		}
+		high = max(h, since) + 100
+	}
+	return flush.Sweep(ctx, j.rows, j.totals, flush.SweepOptions{Gen: gen, Since: since, High: high,
+		WritesPerSec: j.cfg.FlushWritesPerSec, Registerer: j.cfg.Registerer, Logger: j.log})
+}
+
+// savepointDir returns where savepoint id is kept.
+func (j *Job) savepointDir(id int64) string {
+	return filepath.Join(j.cfg.DataDir, "savepoints", "sp-"+strconv.FormatInt(id, 10))
+}
+
+// keepSavepoint copies a completed checkpoint into the savepoints folder
+// (hard links where possible: checkpoint files are never modified).
+func (j *Job) keepSavepoint(id int64) (string, error) {
+	dst := j.savepointDir(id)
+	if err := os.RemoveAll(dst); err != nil {
+		return "", fmt.Errorf("runtime: savepoint %d: %w", id, err)
+	}
+	if err := copyTree(j.ckpts.path(id), dst); err != nil {
+		return "", fmt.Errorf("runtime: savepoint %d: %w", id, err)
+	}
+	return dst, nil
+}
+
+func copyTree(src, dst string) error {
+	return filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		t := filepath.Join(dst, rel)
+		if fi.IsDir() {
+			return os.MkdirAll(t, 0o755)
+		}
+		if os.Link(p, t) == nil {
+			return nil
+		}
+		in, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.Create(t)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+}
