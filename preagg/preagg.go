@@ -253,7 +253,10 @@ func (p *PreAgg) Watermark(wm int64) ([]Partial, error) {
 		return out, nil
 	}
 	p.wm = wm
-	p.candidate = wm
+	// Never below what was restored: after a restore the first watermarks
+	// can lie under the floor, and saving one of them at the next barrier
+	// would lower the floor a later restore judges by.
+	p.candidate = max(p.candidate, wm)
 	if !p.o.NoDedup && wm != NoWatermark {
 		// Any copy of an id whose expiry (impression + horizon) is before
 		// wm has impression < wm - horizon ≤ judge - horizon: it is beyond

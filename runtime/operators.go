@@ -132,7 +132,13 @@ func (s *preSub) handle(ctx context.Context, msg toPre) error {
 		}
 		return s.broadcast(ctx, toWin{kind: mTick, procMs: msg.procMs})
 	case mWatermark:
-		if _, err := s.pa.Tick(msg.procMs); err != nil {
+		// A due 500 ms flush and the watermark's own flush both go out
+		// before the watermark.
+		ticked, err := s.pa.Tick(msg.procMs)
+		if err != nil {
+			return err
+		}
+		if err := s.forward(ctx, ticked, msg.procMs); err != nil {
 			return err
 		}
 		parts, err := s.pa.Watermark(msg.wm)

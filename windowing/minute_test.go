@@ -1,6 +1,7 @@
 package windowing
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -198,8 +199,19 @@ func TestMinutesRestoreCorrupt(t *testing.T) {
 		"truncated varint": {'m', 1, 'a', 0x80},
 		"hour truncated":   {'h', 1, 'a', 2, 2, 2},
 	}
+	// good is one minute record then one hour record; cutting anywhere but
+	// at the boundary between them leaves a partial record.
+	boundary := 1 + 1 + len("ad_7")
+	for _, v := range []int64{h0, 3, 30} {
+		boundary += len(binary.AppendVarint(nil, v))
+	}
+	if good[boundary] != 'h' {
+		t.Fatalf("snapshot layout changed: byte %d is %q, want 'h'", boundary, good[boundary])
+	}
 	for i := 1; i < len(good); i++ {
-		cases[fmt.Sprintf("truncated at %d", i)] = good[:i]
+		if i != boundary {
+			cases[fmt.Sprintf("truncated at %d", i)] = good[:i]
+		}
 	}
 	for name, d := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -20,7 +20,9 @@ func newLateFrom(s *Story, d []byte) []RowOut {
 		return nil
 	}
 	var out []RowOut
-	l.Each(func(t latepath.Total) { out = append(out, RowOut{Ad: t.Ad, StartMs: t.HourMs, Hour: true, Late: true, Valid: t.Valid}) })
+	l.Each(func(t latepath.Total) {
+		out = append(out, RowOut{Ad: t.Ad, StartMs: t.HourMs, Hour: true, Late: true, Valid: t.Valid})
+	})
 	sortRows(out)
 	return out
 }

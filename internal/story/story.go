@@ -60,15 +60,15 @@ type Kind uint8
 
 // Event kinds.
 const (
-	EvWatermark Kind = iota + 1 // the job watermark advanced (Ms = tick time, Wm)
-	EvVerdict                   // a click was judged (Click, Verdict)
-	EvPartial                   // a pre-aggregator forwarded a partial (Row, Cause)
-	EvRow                       // a window subtask emitted a closed minute or hour row (Row)
-	EvLate                      // a late total was written (Row, with Late set)
-	EvRunning                   // a running total was written (Row)
-	EvRefused                   // a minute-row write was refused by the closed-row condition (Row)
-	EvCheckpoint                // a barrier passed (Ckpt, Wm = floor, Verdict "complete" or "aborted")
-	EvRestore                   // a checkpoint was restored and the sink flushed (Ckpt, Wm = floor)
+	EvWatermark  Kind = iota + 1 // the job watermark advanced (Ms = tick time, Wm)
+	EvVerdict                    // a click was judged (Click, Verdict)
+	EvPartial                    // a pre-aggregator forwarded a partial (Row, Cause)
+	EvRow                        // a window subtask emitted a closed minute or hour row (Row)
+	EvLate                       // a late total was written (Row, with Late set)
+	EvRunning                    // a running total was written (Row)
+	EvRefused                    // a minute-row write was refused by the closed-row condition (Row)
+	EvCheckpoint                 // a barrier passed (Ckpt, Wm = floor, Verdict "complete" or "aborted")
+	EvRestore                    // a checkpoint was restored and the sink flushed (Ckpt, Wm = floor)
 )
 
 // RowOut is a row or a total as the harness reports it.

@@ -2,8 +2,8 @@ package story
 
 import (
 	"fmt"
-	"slices"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -445,7 +445,9 @@ func checkpointState(s *Story, id int64) (string, error) {
 		}
 	}
 	var rows []RowOut
-	m.Totals(func(r windowing.Running) { rows = append(rows, RowOut{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid}) })
+	m.Totals(func(r windowing.Running) {
+		rows = append(rows, RowOut{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid})
+	})
 	sortRows(rows)
 	var b strings.Builder
 	fmt.Fprintf(&b, "checkpoint %d floor=%s position=%d dedup ids=%d\n", id, clock(ck.Floor()), ck.Position, len(ck.Dedup))
