@@ -377,14 +377,13 @@ func (w *winSub) tick(ctx context.Context, from int, procMs int64) error {
 }
 
 func (w *winSub) emit(r windowing.Row) {
-	k := sink.Key{Entity: r.Ad}
+	k := sink.Key{Entity: r.Ad, Bucket: sink.MinuteBucket(r.StartMs)}
 	if r.Hour {
 		k.Bucket = sink.HourBucket(r.StartMs)
-	} else {
-		k.Bucket = sink.MinuteBucket(r.StartMs)
-		// The final minute total for dashboards goes with the row.
-		w.tots = append(w.tots, sink.Total{Ad: r.Ad, StartMs: r.StartMs, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: w.epoch})
 	}
+	// The running total goes with the row, in the same epoch: a minute's
+	// final total, and an hour's total as of this row.
+	w.tots = append(w.tots, sink.Total{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.RunValid, SpendMicros: r.RunSpend, Epoch: w.epoch})
 	w.puts = append(w.puts, sink.Put{Key: k, Writer: sink.Fast, Valid: r.Valid, SpendMicros: r.SpendMicros,
 		Epoch: w.epoch, Gen: w.gen, ClosedRow: !r.Hour, RestoredCkpt: w.restored})
 }

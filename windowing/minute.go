@@ -22,6 +22,12 @@ type Row struct {
 	Hour        bool
 	Valid       int64
 	SpendMicros int64
+	// RunValid and RunSpend are the running total for dashboards at the
+	// moment of the row: the same as Valid and SpendMicros for a minute;
+	// closed plus open minutes for an hour (equal to the row once the hour
+	// is complete). Rows from Advance carry them so that an hour's final
+	// running total is written in the same epoch as its last row.
+	RunValid, RunSpend int64
 }
 
 // Running is a running total for dashboards: an open or closed minute, or
@@ -170,7 +176,7 @@ func (m *Minutes) Advance(wm int64, emit func(Row)) {
 		slices.Sort(names)
 		for _, ad := range names {
 			a := ads[ad]
-			emit(Row{Ad: ad, StartMs: start, Valid: a.count, SpendMicros: a.spend})
+			emit(Row{Ad: ad, StartMs: start, Valid: a.count, SpendMicros: a.spend, RunValid: a.count, RunSpend: a.spend})
 			m.stats.MinutesFired++
 			hk := hourKey{ad, hourStart(start)}
 			h := m.hour(hk)
@@ -187,7 +193,8 @@ func (m *Minutes) Advance(wm int64, emit func(Row)) {
 	}
 	for _, hk := range touched {
 		h := m.hours[hk]
-		emit(Row{Ad: hk.ad, StartMs: hk.start, Hour: true, Valid: h.closed.count, SpendMicros: h.closed.spend})
+		emit(Row{Ad: hk.ad, StartMs: hk.start, Hour: true, Valid: h.closed.count, SpendMicros: h.closed.spend,
+			RunValid: h.closed.count + h.open.count, RunSpend: h.closed.spend + h.open.spend})
 		m.stats.HourRows++
 	}
 	for hk, h := range m.hours {

@@ -36,7 +36,7 @@ func TestMinutesFireEdge(t *testing.T) {
 		t.Fatalf("at end−2: got %v, want nothing", rows)
 	}
 	rows := collect(m, h0+mn-1)
-	want := []Row{{Ad: "ad", StartMs: h0, Valid: 2, SpendMicros: 20}, {Ad: "ad", StartMs: h0, Hour: true, Valid: 2, SpendMicros: 20}}
+	want := []Row{{Ad: "ad", StartMs: h0, Valid: 2, SpendMicros: 20, RunValid: 2, RunSpend: 20}, {Ad: "ad", StartMs: h0, Hour: true, Valid: 2, SpendMicros: 20, RunValid: 2, RunSpend: 20}}
 	if !slices.Equal(rows, want) {
 		t.Fatalf("at end−1: got %v, want %v", rows, want)
 	}
@@ -57,11 +57,13 @@ func TestMinutesHourRollUp(t *testing.T) {
 	m.Add("a", h0+59*mn, 7, 70)
 	rows := collect(m, h0+3*mn-1)
 	want := []Row{
-		{Ad: "a", StartMs: h0, Valid: 1, SpendMicros: 10},
-		{Ad: "a", StartMs: h0 + mn, Valid: 5, SpendMicros: 50},
-		{Ad: "b", StartMs: h0 + 2*mn, Valid: 4, SpendMicros: 40},
-		{Ad: "a", StartMs: h0, Hour: true, Valid: 6, SpendMicros: 60}, // closed minutes only: not the open 59th
-		{Ad: "b", StartMs: h0, Hour: true, Valid: 4, SpendMicros: 40},
+		{Ad: "a", StartMs: h0, Valid: 1, SpendMicros: 10, RunValid: 1, RunSpend: 10},
+		{Ad: "a", StartMs: h0 + mn, Valid: 5, SpendMicros: 50, RunValid: 5, RunSpend: 50},
+		{Ad: "b", StartMs: h0 + 2*mn, Valid: 4, SpendMicros: 40, RunValid: 4, RunSpend: 40},
+		// The row holds closed minutes only, not the open 59th; the running
+		// total for dashboards includes it.
+		{Ad: "a", StartMs: h0, Hour: true, Valid: 6, SpendMicros: 60, RunValid: 13, RunSpend: 130},
+		{Ad: "b", StartMs: h0, Hour: true, Valid: 4, SpendMicros: 40, RunValid: 4, RunSpend: 40},
 	}
 	if !slices.Equal(rows, want) {
 		t.Fatalf("got %v\nwant %v", rows, want)

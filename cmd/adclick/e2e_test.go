@@ -100,6 +100,27 @@ type row struct {
 func rows(t *testing.T, data string) ([]row, []byte) {
 	t.Helper()
 	out := run(t, 0, "rows", "--data", data)
+	return parseRows(t, out), out
+}
+
+// runCode runs the binary and returns its exit code.
+func runCode(t *testing.T, args ...string) int {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("adclick %v: %v", args, err)
+	}
+	return 0
+}
+
+func parseRows(t *testing.T, out []byte) []row {
+	t.Helper()
 	var rs []row
 	for _, l := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
 		if len(l) == 0 {
@@ -111,7 +132,7 @@ func rows(t *testing.T, data string) ([]row, []byte) {
 		}
 		rs = append(rs, r)
 	}
-	return rs, out
+	return rs
 }
 
 type sums struct{ n, spend int64 }

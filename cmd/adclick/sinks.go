@@ -19,14 +19,16 @@ import (
 
 // sinkFlags selects the row and running-total stores.
 type sinkFlags struct {
-	sink   string
-	valkey string
+	sink         string
+	valkey       string
+	valkeyPrefix string
 }
 
 func (f *sinkFlags) register(fs *flag.FlagSet, withValkey bool) {
 	fs.StringVar(&f.sink, "sink", "embedded", "row store: embedded (Pebble under --data) or dynamodb:TABLE (endpoint, region and credentials from the AWS SDK's variables, e.g. AWS_REGION, AWS_ENDPOINT_URL_DYNAMODB)")
 	if withValkey {
 		fs.StringVar(&f.valkey, "valkey", "", "running totals in Valkey at HOST:PORT (default: the embedded store when --sink is embedded, none otherwise)")
+		fs.StringVar(&f.valkeyPrefix, "valkey-prefix", "adclick", "prefix of every Valkey key (jobs sharing one Valkey need different prefixes)")
 	}
 }
 
@@ -82,7 +84,7 @@ func (f *sinkFlags) open(ctx context.Context, reg prometheus.Registerer) (sink.R
 		rows = st
 	}
 	if f.valkey != "" {
-		vs, err := valkey.New(ctx, valkey.Options{Addr: f.valkey, Registerer: reg})
+		vs, err := valkey.New(ctx, valkey.Options{Addr: f.valkey, Prefix: f.valkeyPrefix, Registerer: reg})
 		if err != nil {
 			closeAll()
 			return nil, nil, nil, fmt.Errorf("valkey %s: %w", f.valkey, err)
