@@ -15,6 +15,9 @@ type GenOptions struct {
 	Rate      float64 // clicks per second of arrival time; default 2,000
 	StartMs   int64   // arrival time of the first click; default 2026-11-29T10:00:00Z
 	Zipf      float64 // skew of the ad distribution (s > 1); 0 = default 1.1; <0 = uniform
+	// HotFraction of the clicks go to the hottest ad, ad_0 (the case
+	// pre-aggregation exists for); the rest follow Zipf over the others.
+	HotFraction float64
 	// DelayMeanMs is the mean of the ordinary arrival delay (exponential):
 	// device time is arrival − delay. Default 800.
 	DelayMeanMs float64
@@ -152,6 +155,15 @@ func (g *Gen) Next(dst []byte) (line []byte, arrivalMs int64, ok bool) {
 }
 
 func (g *Gen) pickAd() int {
+	if g.o.HotFraction > 0 && g.o.Ads > 1 {
+		if g.rng.Float64() < g.o.HotFraction {
+			return 0
+		}
+		if g.zipf != nil {
+			return 1 + int(g.zipf.Uint64())%(g.o.Ads-1)
+		}
+		return 1 + g.rng.IntN(g.o.Ads-1)
+	}
 	if g.zipf != nil {
 		return int(g.zipf.Uint64())
 	}

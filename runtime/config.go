@@ -9,11 +9,13 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adclick/adclick/clock"
 	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/windowing"
 )
@@ -29,6 +31,15 @@ type Config struct {
 	Source string
 	// Gen configures the generator source.
 	Gen ingest.GenOptions
+	// Kinesis configures a "kinesis:STREAM" source.
+	Kinesis KinesisConfig
+	// ExitWhenIdle > 0 stops a real-time job once the source is caught up
+	// and no record came for that long (with a final checkpoint).
+	ExitWhenIdle time.Duration
+	// Drain makes such a stop (and a stop by signal) advance the watermark
+	// to the end of time first, so every open window fires and is written
+	// (Flink's stop-with-drain).
+	Drain bool
 	// Parallelism is the number of pre-aggregator and of window subtasks.
 	// Default: the number of CPUs, at most windowing.MaxParallelism.
 	Parallelism int
@@ -74,6 +85,15 @@ type Config struct {
 	Clock      clock.Clock // processing time of a real-time source; default the wall clock
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+}
+
+// KinesisConfig configures the Kinesis source.
+type KinesisConfig struct {
+	// API is the Kinesis client (a *kinesis.Client, or a test double).
+	API kinesis.API
+	// Options are the reader's options; Stream, Positions, Registerer and
+	// Logger are set by the runtime.
+	Options kinesis.Options
 }
 
 // EnsureDefaults fills zero fields.
@@ -132,11 +152,11 @@ func (c *Config) Validate() error {
 	if c.Parallelism < 1 || c.Parallelism > windowing.MaxParallelism {
 		errs = append(errs, fmt.Errorf("parallelism %d must be in 1..%d (the key-group ceiling)", c.Parallelism, windowing.MaxParallelism))
 	}
-	if c.Source != "gen" && !strings.HasPrefix(c.Source, "file:") {
-		errs = append(errs, fmt.Errorf("source %q: want gen or file:PATH", c.Source))
+	if c.Source != "gen" && !strings.HasPrefix(c.Source, "file:") && !strings.HasPrefix(c.Source, "kinesis:") {
+		errs = append(errs, fmt.Errorf("source %q: want gen, file:PATH or kinesis:STREAM", c.Source))
 	}
-	if c.Source == "file:" {
-		errs = append(errs, errors.New("source file: needs a path"))
+	if c.Source == "file:" || c.Source == "kinesis:" {
+		errs = append(errs, fmt.Errorf("source %s needs a name", c.Source))
 	}
 	for _, v := range []struct {
 		name string

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/latepath"
 	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/windowing"
@@ -24,20 +25,20 @@ import (
 // goroutine, so every pre-aggregator sees the same watermarks and barriers
 // in the same order relative to its clicks.
 type driver struct {
-	j         *Job
-	src       source
-	wms       *ingest.Watermarks
-	batches   [][]ingest.Click
-	procMs    int64
-	nextTick  int64
-	lastCkpt  int64 // processing time the last checkpoint completed (or the job started)
-	records   int64
-	invalid   int64
-	log       *exlog
-	pending   bool  // a record has been read from the source but not yet routed
-	forgotten int64 // epochs below this are forgotten by the totals store
-	rec       latepath.Record
-	c         ingest.Click
+	j          *Job
+	src        source
+	wms        *ingest.Watermarks
+	batches    [][]ingest.Click
+	procMs     int64
+	nextTick   int64
+	lastCkpt   int64 // processing time the last checkpoint completed (or the job started)
+	records    int64
+	invalid    int64
+	log        *exlog
+	lastRecord int64 // processing time of the last record (real-time sources)
+	forgotten  int64 // epochs below this are forgotten by the totals store
+	rec        latepath.Record
+	c          ingest.Click
 }
 
 func newDriver(j *Job, src source) *driver {
@@ -56,43 +57,78 @@ func (d *driver) run(ctx, runCtx context.Context) error {
 	virtual := d.src.virtual()
 	if !virtual {
 		d.start(d.j.cfg.Clock.NowMs())
+		d.lastRecord = d.j.cfg.Clock.NowMs()
 	}
 	for {
 		if err := runCtx.Err(); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
-			return d.stop(runCtx, false)
+			return d.stop(runCtx, d.j.cfg.Drain)
 		}
-		line, truncated, arr, err := d.src.next()
+		var wait time.Duration
+		if !virtual {
+			now := d.j.cfg.Clock.NowMs()
+			if err := d.advance(runCtx, now); errors.Is(err, errStopped) {
+				return d.drain(runCtx)
+			} else if err != nil {
+				return err
+			}
+			if d.idleExit(now) {
+				d.j.log.Info("source caught up and idle: stopping", "idle_for", d.j.cfg.ExitWhenIdle)
+				return d.stop(runCtx, d.j.cfg.Drain)
+			}
+			wait = time.Duration(max(d.nextTick-now, 1)) * time.Millisecond
+		}
+		r, ok, err := d.src.next(ctx, wait)
 		if errors.Is(err, io.EOF) {
 			return d.stop(runCtx, true)
 		}
 		if err != nil {
 			return err
 		}
-		d.pending = true
-		if !virtual {
-			if err := d.waitUntil(ctx, runCtx, arr); errors.Is(err, errStopped) {
-				return d.drain(runCtx)
-			} else if err != nil {
-				return err
-			}
-			if ctx.Err() != nil {
-				// Stop before this record: it is not covered by the position.
-				return d.stopBefore(runCtx)
-			}
+		if !ok {
+			continue
 		}
-		if err := d.consume(runCtx, line, truncated, virtual); errors.Is(err, errStopped) {
+		if r.event != "" {
+			d.shardEvent(r)
+			d.src.routed()
+			continue
+		}
+		if err := d.consume(runCtx, r, virtual); errors.Is(err, errStopped) {
+			// Stopped by an operator while this record was pending: it is
+			// not routed, and the final checkpoint does not cover it.
 			return d.drain(runCtx)
 		} else if err != nil {
 			return err
 		}
-		d.pending = false
+		d.src.routed()
 		d.records++
+		if !virtual {
+			d.lastRecord = d.j.cfg.Clock.NowMs()
+		}
 		if n := d.j.cfg.FailAfterRecords; n > 0 && d.records >= n {
 			d.j.cfg.Crash()
 		}
+	}
+}
+
+// idleExit reports whether an --exit-when-idle stop is due.
+func (d *driver) idleExit(now int64) bool {
+	idle := d.j.cfg.ExitWhenIdle
+	if idle <= 0 || now-d.lastRecord < idle.Milliseconds() {
+		return false
+	}
+	cu, ok := d.src.(interface{ caughtUp() bool })
+	return !ok || cu.caughtUp()
+}
+
+func (d *driver) shardEvent(r record) {
+	switch r.event {
+	case kinesis.EventShardAdded:
+		d.wms.AddShard(r.shard, d.procMs)
+	case kinesis.EventShardClosed:
+		d.wms.CloseShard(r.shard)
 	}
 }
 
@@ -103,39 +139,28 @@ func (d *driver) start(procMs int64) {
 	d.lastCkpt = procMs
 }
 
-// waitUntil advances real processing time, ticking, until arrivalMs.
-func (d *driver) waitUntil(ctx, runCtx context.Context, arrivalMs int64) error {
-	for {
-		now := d.j.cfg.Clock.NowMs()
-		if err := d.advance(runCtx, now); err != nil {
-			return err
-		}
-		if now >= arrivalMs {
-			return nil
-		}
-		wait := time.Duration(min(arrivalMs, d.nextTick)-now) * time.Millisecond
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-runCtx.Done():
-			t.Stop()
-			return runCtx.Err()
-		}
-	}
-}
-
 // consume decodes one record and routes it.
-func (d *driver) consume(ctx context.Context, line []byte, truncated, virtual bool) error {
+func (d *driver) consume(ctx context.Context, r record, virtual bool) error {
 	c := &d.c
-	reason := ingest.Decode(line, c)
-	if truncated && reason == "" {
+	var reason ingest.Reason
+	if r.bad != "" {
+		*c = ingest.Click{}
+		reason = ingest.Reason(r.bad)
+	} else {
+		reason = ingest.Decode(r.line, c)
+	}
+	if r.truncated && reason == "" {
 		reason = ingest.ReasonMalformedJSON
 	}
+	if r.shard != "" {
+		c.Shard = r.shard
+	}
 	if reason == "" {
-		reason = c.FinishLine()
+		if r.arrivalMs != 0 {
+			reason = c.Finish(r.arrivalMs)
+		} else {
+			reason = c.FinishLine()
+		}
 	}
 	if virtual {
 		if c.HasArrival && c.ArrivalMs > 0 {
@@ -146,20 +171,21 @@ func (d *driver) consume(ctx context.Context, line []byte, truncated, virtual bo
 				return err
 			}
 		}
-	} else if err := d.advance(ctx, d.j.cfg.Clock.NowMs()); err != nil {
-		return err
 	}
 	if reason != "" {
 		d.invalid++
 		d.j.m.invalid.Inc()
-		r := &d.rec
-		*r = latepath.Record{Verdict: latepath.InvalidPrefix + string(reason), ClickID: c.ClickID, AdID: c.AdID,
+		rec := &d.rec
+		*rec = latepath.Record{Verdict: latepath.InvalidPrefix + string(reason), ClickID: c.ClickID, AdID: c.AdID,
 			CampaignID: c.CampaignID, DeviceID: c.DeviceID, ImpressionMs: c.ImpressionMs, DeviceMs: c.DeviceMs,
-			ArrivalMs: c.ArrivalMs, SpendMicros: c.SpendMicros, Shard: c.Shard}
-		if reason == ingest.ReasonMalformedJSON || reason == ingest.ReasonNotObject {
-			r.Raw = string(line)
+			ArrivalMs: c.ArrivalMs, SpendMicros: c.SpendMicros, Shard: c.Shard, Seq: r.seq}
+		if rec.ArrivalMs == 0 {
+			rec.ArrivalMs = r.arrivalMs
 		}
-		return d.log.write(r)
+		if r.bad != "" || reason == ingest.ReasonMalformedJSON || reason == ingest.ReasonNotObject {
+			rec.Raw = string(r.line)
+		}
+		return d.log.write(rec)
 	}
 	d.wms.Observe(c.Shard, c.EventMs, d.procMs)
 	o := windowing.Owner(windowing.KeyGroup(c.ClickID), len(d.batches))
@@ -174,7 +200,7 @@ func (d *driver) sendBatch(ctx context.Context, o int) error {
 	if len(d.batches[o]) == 0 {
 		return nil
 	}
-	err := send(ctx, d.j.pres[o].in, toPre{kind: mClicks, clicks: d.batches[o], procMs: d.procMs})
+	err := send(ctx, d.j.pres[o].in, toPre{kind: mClicks, clicks: d.batches[o], procMs: d.procMs, sentNs: time.Now().UnixNano()})
 	d.batches[o] = make([]ingest.Click, 0, d.j.cfg.BatchSize)
 	return err
 }
@@ -290,7 +316,6 @@ func (d *driver) stop(ctx context.Context, endOfInput bool) error {
 		}
 		d.publish(d.procMs, wm)
 	}
-	d.pending = false
 	return d.stopBefore(ctx)
 }
 
@@ -326,7 +351,7 @@ func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) (Meta
 	if err := d.flushBatches(ctx); err != nil {
 		return Meta{}, err
 	}
-	positions := d.src.positions(d.pending)
+	positions := d.src.positions()
 	if err := d.log.barrier(id); err != nil {
 		return Meta{}, err
 	}
@@ -364,6 +389,7 @@ func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) (Meta
 		return Meta{}, err
 	}
 	d.lastCkpt = procMs
+	j.ckptCount++
 	j.m.ckpts.WithLabelValues("completed").Inc()
 	j.m.ckptDuration.Observe(float64(meta.DurationMs) / 1000)
 	j.m.ckptSize.Set(float64(meta.SizeBytes))

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +58,9 @@ type Job struct {
 	acks     chan ack
 	ctl      chan ctlReq
 	done     chan struct{}
+
+	restoreMs int64
+	ckptCount int64
 
 	mu     sync.Mutex
 	status Status
@@ -176,6 +177,7 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	d := time.Since(start)
 	j.m.restoreSecs.Set(d.Seconds())
+	j.restoreMs = d.Milliseconds()
 	if found || wrote {
 		j.log.Info("restored", "checkpoint", j.c, "found", found, "epoch_high", high,
 			"exception_epochs_removed", removed, "duration", d.Round(time.Millisecond))
@@ -302,6 +304,38 @@ func (j *Job) openSavepoint(ref string) (string, Meta, error) {
 	return dir, m, nil
 }
 
+// Stats are a finished run's statistics, for benchmarks.
+type Stats struct {
+	Records          int64 `json:"records"`
+	BatchLatencyP50  int64 `json:"batch_latency_p50_ns"`
+	BatchLatencyP99  int64 `json:"batch_latency_p99_ns"`
+	LatencySamples   int   `json:"latency_samples"`
+	StateBytes       int64 `json:"state_bytes"`
+	Checkpoints      int64 `json:"checkpoints"`
+	LastCheckpointMs int64 `json:"last_checkpoint_duration_ms"`
+	LastCheckpointB  int64 `json:"last_checkpoint_bytes"`
+	RestoreMs        int64 `json:"restore_ms"`
+}
+
+// Stats returns statistics of the run so far. Call it after Run returns.
+func (j *Job) Stats() Stats {
+	st := j.Status()
+	var ls []*latencies
+	for _, p := range j.pres {
+		ls = append(ls, &p.lat)
+	}
+	p50, p99, n := mergedQuantiles(ls)
+	s := Stats{Records: st.Records, BatchLatencyP50: p50, BatchLatencyP99: p99, LatencySamples: n,
+		RestoreMs: j.restoreMs, Checkpoints: j.ckptCount}
+	if j.st != nil {
+		s.StateBytes = j.st.SizeBytes()
+	}
+	if c := st.LastCheckpoint; c != nil {
+		s.LastCheckpointMs, s.LastCheckpointB = c.DurationMs, c.SizeBytes
+	}
+	return s
+}
+
 // Rows returns the row store the job writes.
 func (j *Job) Rows() sink.Rows { return j.rows }
 
@@ -326,7 +360,7 @@ func (j *Job) Close() error {
 // replay: a final watermark fires every window, then a final checkpoint),
 // or ctx is cancelled (a final checkpoint, windows stay open in state).
 func (j *Job) Run(ctx context.Context) error {
-	src, err := j.openSource()
+	src, err := j.openSource(ctx)
 	if err != nil {
 		return err
 	}
@@ -376,96 +410,3 @@ func (j *Job) setReady(v bool) {
 	j.status.Ready = v
 	j.mu.Unlock()
 }
-
-func (j *Job) openSource() (source, error) {
-	pos := j.restored.Positions
-	if path, ok := strings.CutPrefix(j.cfg.Source, "file:"); ok {
-		var off int64
-		if v, ok := pos["file"]; ok {
-			var err error
-			if off, err = strconv.ParseInt(v, 10, 64); err != nil {
-				return nil, fmt.Errorf("runtime: checkpoint %d: bad file position %q", j.c, v)
-			}
-		}
-		fs, err := ingest.OpenFile(path, off)
-		if err != nil {
-			return nil, err
-		}
-		return &fileSource{fs: fs, prev: off}, nil
-	}
-	o := j.cfg.Gen
-	var skip int64
-	if v, ok := pos["gen_start"]; ok {
-		o.StartMs, _ = strconv.ParseInt(v, 10, 64)
-		skip, _ = strconv.ParseInt(pos["gen"], 10, 64)
-	} else if o.StartMs == 0 {
-		o.StartMs = j.cfg.Clock.NowMs()
-	}
-	g := ingest.NewGen(o)
-	var buf []byte
-	for i := int64(0); i < skip; i++ {
-		if _, _, ok := g.Next(buf[:0]); !ok {
-			break
-		}
-	}
-	return &genSource{g: g, start: o.StartMs}, nil
-}
-
-// source is what the driver reads: one record at a time, in arrival order.
-type source interface {
-	// next returns the next payload; arrivalMs is its arrival time when the
-	// source knows it before decoding (0 otherwise). io.EOF ends bounded
-	// input.
-	next() (line []byte, truncated bool, arrivalMs int64, err error)
-	// positions returns the position after the last record returned, or,
-	// when pending is set, before it (it has been read but not yet routed,
-	// so a checkpoint must not cover it).
-	positions(pending bool) map[string]string
-	// virtual reports whether processing time is the records' arrival time.
-	virtual() bool
-	close()
-}
-
-type fileSource struct {
-	fs   *ingest.FileSource
-	prev int64 // offset before the last line returned
-}
-
-func (f *fileSource) next() ([]byte, bool, int64, error) {
-	f.prev = f.fs.Offset()
-	l, tr, err := f.fs.Next()
-	return l, tr, 0, err
-}
-func (f *fileSource) positions(pending bool) map[string]string {
-	off := f.fs.Offset()
-	if pending {
-		off = f.prev
-	}
-	return map[string]string{"file": strconv.FormatInt(off, 10)}
-}
-func (f *fileSource) virtual() bool { return true }
-func (f *fileSource) close()        { f.fs.Close() }
-
-type genSource struct {
-	g     *ingest.Gen
-	start int64
-	buf   []byte
-}
-
-func (s *genSource) next() ([]byte, bool, int64, error) {
-	l, arr, ok := s.g.Next(s.buf[:0])
-	if !ok {
-		return nil, false, 0, io.EOF
-	}
-	s.buf = l
-	return l, false, arr, nil
-}
-func (s *genSource) positions(pending bool) map[string]string {
-	n := s.g.Generated()
-	if pending {
-		n--
-	}
-	return map[string]string{"gen_start": strconv.FormatInt(s.start, 10), "gen": strconv.FormatInt(n, 10)}
-}
-func (s *genSource) virtual() bool { return false }
-func (s *genSource) close()        {}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"time"
 
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/latepath"
@@ -26,6 +28,7 @@ const (
 // toPre is a message from the driver to a pre-aggregator.
 type toPre struct {
 	kind    msgKind
+	sentNs  int64 // when the driver sent a click batch (for latency statistics)
 	clicks  []ingest.Click
 	procMs  int64
 	wm      int64
@@ -85,6 +88,7 @@ type preSub struct {
 	late  [][]lateClick
 	rec   latepath.Record
 	m     *metrics
+	lat   latencies
 }
 
 func (s *preSub) run(ctx context.Context) error {
@@ -121,7 +125,11 @@ func (s *preSub) handle(ctx context.Context, msg toPre) error {
 		if err != nil {
 			return err
 		}
-		return s.forward(ctx, parts, msg.procMs)
+		if err := s.forward(ctx, parts, msg.procMs); err != nil {
+			return err
+		}
+		s.lat.add(time.Now().UnixNano() - msg.sentNs)
+		return nil
 	case mTick:
 		parts, err := s.pa.Tick(msg.procMs)
 		if err != nil {
@@ -440,4 +448,41 @@ func minOf(v []int64) int64 {
 		m = min(m, x)
 	}
 	return m
+}
+
+// latencies keeps a bounded sample of batch latencies (driver send to
+// pre-aggregator done), for the benchmark's p50/p99.
+type latencies struct {
+	n       int64
+	samples []int64
+}
+
+const maxLatencySamples = 1 << 16
+
+func (l *latencies) add(ns int64) {
+	l.n++
+	if len(l.samples) < maxLatencySamples {
+		l.samples = append(l.samples, ns)
+		return
+	}
+	// Keep every k-th sample once full: cheap, and spread over the run.
+	if l.n%int64(1+l.n/maxLatencySamples) == 0 {
+		l.samples[l.n%maxLatencySamples] = ns
+	}
+}
+
+func quantile(sorted []int64, q float64) int64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+func mergedQuantiles(ls []*latencies) (p50, p99 int64, n int) {
+	var all []int64
+	for _, l := range ls {
+		all = append(all, l.samples...)
+	}
+	slices.Sort(all)
+	return quantile(all, 0.5), quantile(all, 0.99), len(all)
 }

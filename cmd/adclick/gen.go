@@ -50,3 +50,5 @@ func cmdGen(args []string, stdout, stderr io.Writer) error {
 	}
 	return bw.Flush()
 }
+
+func bufioWriter(w io.Writer) *bufio.Writer { return bufio.NewWriterSize(w, 1<<20) }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -43,6 +44,7 @@ func genFlags(fs *flag.FlagSet, o *ingest.GenOptions, prefix string) {
 	fs.IntVar(&o.Shards, prefix+"shards", 4, "shards")
 	fs.Float64Var(&o.Rate, prefix+"rate", 2000, "clicks per second of arrival time")
 	fs.Float64Var(&o.Zipf, prefix+"zipf", 1.1, "skew of the ad distribution (Zipf s > 1; negative = uniform)")
+	fs.Float64Var(&o.HotFraction, prefix+"hot-fraction", 0, "fraction of clicks on the hottest ad (ad_0); the rest follow --zipf")
 	fs.Float64Var(&o.DelayMeanMs, prefix+"delay-mean-ms", 800, "mean arrival delay of ordinary clicks, ms (exponential)")
 	fs.Float64Var(&o.TailFraction, prefix+"tail-fraction", 0.02, "fraction of clicks with a heavy-tail delay (late clicks)")
 	fs.Int64Var(&o.TailMinMs, prefix+"tail-min-ms", 70_000, "shortest heavy-tail delay, ms")
@@ -60,6 +62,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cfg.DataDir, "data", "./adclick-data", "directory for state, checkpoints, the embedded store and the exceptions log")
 	fs.StringVar(&cfg.Source, "source", "gen", "gen (built-in generator, real time) or file:PATH (JSON Lines replay)")
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the HTTP API (empty = no HTTP server)")
+	adminToken := fs.String("admin-token", "", "bearer token of the operator endpoints (savepoints, sweeps, stop); required unless --listen is a loopback address")
+	readToken := fs.String("read-token", "", "if set, the read endpoints need this bearer token (or the admin token)")
 	fs.IntVar(&cfg.Parallelism, "parallelism", 0, "pre-aggregator and window subtasks (default: number of CPUs, at most 128)")
 	fs.StringVar(&cfg.FromSavepoint, "from-savepoint", "", "start from this savepoint (a path, or an id under --data/savepoints) instead of the latest checkpoint: blue/green, rescaling, upgrades")
 	fs.Int64Var(&cfg.JobGen, "job-gen", 1, "job generation (job_gen) of this version; raise it for each blue/green deployment")
@@ -76,6 +80,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Float64Var(&cfg.FlushWritesPerSec, "flush-writes-per-sec", 500, "rate limit of the full flush's own writes after a restore")
 	fs.Int64Var(&cfg.FailAfterRecords, "fail-after-records", 0, "testing: exit abruptly (code 137, no cleanup, no checkpoint) after this many records")
 	progress := fs.Duration("progress", 5*time.Second, "interval of the progress line (0 = none)")
+	fs.BoolVar(&cfg.NoDedup, "no-dedup", false, "benchmarks only: turn duplicate detection off (never for billing)")
+	fs.BoolVar(&cfg.NoCheckpoint, "no-checkpoint", false, "benchmarks only: take no checkpoints (a crash loses everything)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	statsFile := fs.String("stats-file", "", "write run statistics (batch latencies, state size) as JSON to this file at exit")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	genFlags(fs, &cfg.Gen, "gen-")
@@ -102,6 +110,16 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer closeSinks()
 	cfg.Rows, cfg.Totals = rows, totals
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	job, err := runtime.Open(ctx, cfg)
 	if err != nil {
 		return err
@@ -113,7 +131,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", *listen, err)
 		}
-		srv = &http.Server{Handler: api.New(job, reg), ReadHeaderTimeout: 5 * time.Second}
+		h, err := api.New(job, api.Options{Addr: ln.Addr().String(), AdminToken: *adminToken, ReadToken: *readToken,
+			Registerer: reg, Gatherer: reg, Logger: log})
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer h.Close()
+		srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		log.Info("http api", "addr", ln.Addr().String())
 		defer srv.Close()
@@ -127,6 +152,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	st := job.Status()
 	if err != nil {
 		return err
+	}
+	if *statsFile != "" {
+		if err := writeStats(*statsFile, job.Stats()); err != nil {
+			return err
+		}
 	}
 	ck := int64(0)
 	if st.LastCheckpoint != nil {

@@ -119,7 +119,7 @@ func Deaggregate(b []byte, fn func(i int, partitionKey string, data []byte) erro
 	var hasHash bool
 	records := 0
 	for rest := body; len(rest) > 0; {
-		num, typ, m := protowire.ConsumeTag(rest)
+		num, typ, m := consumeTag(rest)
 		if m < 0 {
 			return 0, badBody("aggregated record: tag: %v", protowire.ParseError(m))
 		}
@@ -172,7 +172,7 @@ func Deaggregate(b []byte, fn func(i int, partitionKey string, data []byte) erro
 	}
 	i := 0
 	for rest := body; len(rest) > 0; {
-		num, typ, m := protowire.ConsumeTag(rest)
+		num, typ, m := consumeTag(rest)
 		rest = rest[m:]
 		if num != fAggRecords || typ != protowire.BytesType {
 			rest = rest[protowire.ConsumeFieldValue(num, typ, rest):]
@@ -205,7 +205,7 @@ func parseRecord(b []byte, check bool) (record, error) {
 	var r record
 	var hasKey, hasData bool
 	for len(b) > 0 {
-		num, typ, m := protowire.ConsumeTag(b)
+		num, typ, m := consumeTag(b)
 		if m < 0 {
 			return r, badBody("record: tag: %v", protowire.ParseError(m))
 		}
@@ -248,7 +248,7 @@ func parseRecord(b []byte, check bool) (record, error) {
 func checkTag(b []byte) error {
 	var hasKey bool
 	for len(b) > 0 {
-		num, typ, m := protowire.ConsumeTag(b)
+		num, typ, m := consumeTag(b)
 		if m < 0 {
 			return badBody("tag: tag: %v", protowire.ParseError(m))
 		}
@@ -268,4 +268,14 @@ func checkTag(b []byte) error {
 		return badBody("tag: key missing")
 	}
 	return nil
+}
+
+// consumeTag is protowire.ConsumeTag that also rejects field numbers above
+// the protobuf maximum, as the protobuf decoder does.
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	num, typ, m := protowire.ConsumeTag(b)
+	if m >= 0 && num > protowire.MaxValidNumber {
+		return 0, 0, -2 // protowire's code for an invalid field number
+	}
+	return num, typ, m
 }

@@ -1,0 +1,58 @@
+// Package kinesis is the production click source: it reads every shard of
+// an Amazon Kinesis data stream with GetRecords, and puts records into one.
+//
+// # Reading
+//
+// Open lists the stream's shards and starts one reader goroutine per shard
+// that may be read. A reader takes a shard iterator (after the restored
+// position, or from Options.StartAt for a shard with no position), then
+// loops on GetRecords within the service limits: at most one call per
+// MinCallInterval (200 ms: 5 calls per second per shard), at most Limit
+// records per call, and no faster than 2 MiB/s per shard. Throttling
+// (ProvisionedThroughputExceededException, LimitExceededException) and
+// server errors back off with jitter; an expired iterator is re-acquired
+// after the last record fetched. Each reader de-aggregates KPL records
+// (package kpl) into user records and queues them, up to BufferRecords per
+// shard; a full queue stops that reader fetching (backpressure).
+//
+// The driver goroutine consumes the queues through Next, one user record at
+// a time, fairly across shards and in order within a shard:
+//
+//	src, err := kinesis.Open(ctx, client, kinesis.Options{Stream: "clicks", Positions: restored})
+//	defer src.Close()
+//	for {
+//		r, ok, err := src.Next(ctx, 100*time.Millisecond)
+//		// err: fatal (stream deleted, access denied, retries exhausted)
+//		// !ok: nothing arrived within the wait; tick the watermarks
+//		switch r.Event {
+//		case kinesis.EventShardAdded:  // watermarks.AddShard(r.Shard, now)
+//		case kinesis.EventShardClosed: // watermarks.CloseShard(r.Shard)
+//		default:                       // r.Bad != "": exceptions log "invalid:"+r.Bad
+//		}                              // else decode r.Data, c.Shard = r.Shard, c.Finish(r.ArrivalMs)
+//		// checkpoint: src.Positions() covers exactly the records returned so far
+//	}
+//
+// # Positions
+//
+// A position is "<sequence number>/<sub-sequence number>" of the last user
+// record Next returned from a shard (the sub-sequence is the index inside a
+// KPL aggregated record, 0 for a plain record), or "closed" for a shard read
+// to its end whose every record was returned. A restored position resumes
+// with AT_SEQUENCE_NUMBER and skips the user records of that Kinesis record
+// up to and including the saved sub-sequence, so a restart inside an
+// aggregated record loses and repeats nothing.
+//
+// # Resharding
+//
+// Shards are re-listed every Rediscover interval (and at once when a shard
+// ends). A child shard (after SplitShard or MergeShards) is read only after
+// every parent that is still listed (ParentShardId and
+// AdjacentParentShardId) is closed: read to its end and every record handed
+// out, so the records of one partition key stay in order across a reshard.
+// Next reports a shard's lifecycle with events: EventShardAdded before its
+// first record, EventShardClosed after its last.
+//
+// The package owns goroutines and does I/O; it is not part of the
+// deterministic core. The kinesistest package holds an in-memory API for
+// tests and for running a job without a server.
+package kinesis

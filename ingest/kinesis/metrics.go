@@ -1,0 +1,66 @@
+package kinesis
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the source's Prometheus metrics.
+type metrics struct {
+	records  prometheus.Counter
+	bad      prometheus.Counter
+	calls    prometheus.Counter
+	throttle prometheus.Counter
+	expired  prometheus.Counter
+	errs     prometheus.Counter
+	behind   *prometheus.GaugeVec
+	shards   prometheus.Gauge
+}
+
+func newMetrics(r prometheus.Registerer) *metrics {
+	m := &metrics{
+		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_kinesis_records_total",
+			Help: "User records (after KPL de-aggregation) handed to the job by the Kinesis source."}),
+		bad: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_kinesis_bad_aggregates_total",
+			Help: "KPL aggregated records with a bad checksum or body."}),
+		calls: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_kinesis_getrecords_calls_total",
+			Help: "GetRecords calls made by the shard readers."}),
+		throttle: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_kinesis_throttles_total",
+			Help: "Kinesis calls refused for throughput (ProvisionedThroughputExceeded, LimitExceeded)."}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_kinesis_expired_iterators_total",
+			Help: "Shard iterators that expired and were re-acquired."}),
+		errs: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_kinesis_errors_total",
+			Help: "Failed Kinesis calls other than throttling and expired iterators."}),
+		behind: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adclick_kinesis_millis_behind_latest",
+			Help: "Consumer lag: MillisBehindLatest of the shard's last GetRecords call, ms."}, []string{"shard"}),
+		shards: prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_kinesis_shards_reading",
+			Help: "Shards with a running reader."}),
+	}
+	if r == nil {
+		return m
+	}
+	m.records = register(r, m.records)
+	m.bad = register(r, m.bad)
+	m.calls = register(r, m.calls)
+	m.throttle = register(r, m.throttle)
+	m.expired = register(r, m.expired)
+	m.errs = register(r, m.errs)
+	m.behind = register(r, m.behind)
+	m.shards = register(r, m.shards)
+	return m
+}
+
+// register registers c, or returns the collector already registered under
+// its name (a source opened again with the same registerer).
+func register[C prometheus.Collector](r prometheus.Registerer, c C) C {
+	if err := r.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if old, ok := are.ExistingCollector.(C); ok {
+				return old
+			}
+		}
+	}
+	return c
+}
