@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +19,8 @@ func cmdGen(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("gen", genSummary, stderr)
 	o := ingest.GenOptions{Clicks: 100_000}
 	out := fs.String("out", "-", "output file (- = standard output)")
+	to := fs.String("to", "", "put the trace into kinesis:STREAM instead of writing a file")
+	aggregate := fs.Bool("aggregate", false, "with --to: KPL-aggregate the records")
 	fs.Int64Var(&o.StartMs, "start-ms", 1_795_946_400_000, "arrival time of the first click, Unix ms (default 2026-11-29T10:00:00Z)")
 	genFlags(fs, &o, "")
 	if err := parse(fs, args); err != nil {
@@ -25,6 +28,31 @@ func cmdGen(args []string, stdout, stderr io.Writer) error {
 	}
 	if o.Clicks <= 0 {
 		return usageError{fmt.Errorf("--clicks must be positive for a file")}
+	}
+	if *to != "" {
+		stream, err := streamName(*to)
+		if err != nil {
+			return err
+		}
+		g := ingest.NewGen(o)
+		n, err := putLines(context.Background(), stream, *aggregate, func(fn func([]byte) error) error {
+			var buf []byte
+			for {
+				line, _, ok := g.Next(buf[:0])
+				if !ok {
+					return nil
+				}
+				buf = line
+				if err := fn(line); err != nil {
+					return err
+				}
+			}
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "put %d records into %s\n", n, stream)
+		return nil
 	}
 	var w io.Writer = stdout
 	if *out != "-" {

@@ -25,6 +25,7 @@ Usage:
   adclick gen   [flags]   write a synthetic click file (JSON Lines)
   adclick rows  [flags]   print the stored ad_metrics rows as JSON Lines
   adclick setup [flags]   create the DynamoDB table (and other AWS resources)
+  adclick put   [flags]   put a click file into a Kinesis stream
   adclick bench [flags]   measure the pipeline against this machine's limit
   adclick help            this text
 
@@ -57,6 +58,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		err = cmdRows(ctx, args[1:], stdout, stderr)
 	case "setup":
 		err = cmdSetup(ctx, args[1:], stdout, stderr)
+	case "put":
+		err = cmdPut(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = cmdBench(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":

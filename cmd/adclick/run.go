@@ -60,7 +60,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlags("run", runSummary, stderr)
 	var cfg runtime.Config
 	fs.StringVar(&cfg.DataDir, "data", "./adclick-data", "directory for state, checkpoints, the embedded store and the exceptions log")
-	fs.StringVar(&cfg.Source, "source", "gen", "gen (built-in generator, real time) or file:PATH (JSON Lines replay)")
+	fs.StringVar(&cfg.Source, "source", "gen", "gen (built-in generator, real time), file:PATH (JSON Lines replay) or kinesis:STREAM")
+	startAt := fs.String("start-at", "trim_horizon", "Kinesis: where shards without a checkpointed position start: trim_horizon, latest or an RFC 3339 time")
+	kinesisLimit := fs.Int("kinesis-limit", 10000, "Kinesis: records per GetRecords call (at most 10,000)")
+	fs.DurationVar(&cfg.ExitWhenIdle, "exit-when-idle", 0, "stop (with a final checkpoint) once the source is caught up and no record came for this long (0 = never)")
+	fs.BoolVar(&cfg.Drain, "drain", false, "on stop, advance the watermark to the end of time first so every open window fires and is written (decommissioning, tests)")
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the HTTP API (empty = no HTTP server)")
 	adminToken := fs.String("admin-token", "", "bearer token of the operator endpoints (savepoints, sweeps, stop); required unless --listen is a loopback address")
 	readToken := fs.String("read-token", "", "if set, the read endpoints need this bearer token (or the admin token)")
@@ -96,8 +100,19 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	if cfg.Source != "gen" && !strings.HasPrefix(cfg.Source, "file:") {
-		return usageError{fmt.Errorf("--source %q: want gen or file:PATH", cfg.Source)}
+	if cfg.Source != "gen" && !strings.HasPrefix(cfg.Source, "file:") && !strings.HasPrefix(cfg.Source, "kinesis:") {
+		return usageError{fmt.Errorf("--source %q: want gen, file:PATH or kinesis:STREAM", cfg.Source)}
+	}
+	if strings.HasPrefix(cfg.Source, "kinesis:") {
+		if err := parseStartAt(*startAt, &cfg.Kinesis.Options); err != nil {
+			return err
+		}
+		cfg.Kinesis.Options.Limit = int32(*kinesisLimit)
+		api, err := newKinesisClient(ctx)
+		if err != nil {
+			return err
+		}
+		cfg.Kinesis.API = api
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

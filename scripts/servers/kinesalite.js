@@ -16,7 +16,7 @@ const server = require('kinesalite')({
   createStreamMs: 0,
   deleteStreamMs: 0,
   updateStreamMs: 0,
-  shardLimit: 100,
+  shardLimit: 10000,
 });
 
 server.on('error', (err) => {

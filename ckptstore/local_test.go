@@ -1,0 +1,188 @@
+package ckptstore
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func newLocal(t *testing.T) *Local {
+	t.Helper()
+	l, err := NewLocal(filepath.Join(t.TempDir(), "data"), Options{Parallelism: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestLocalUploadDownload(t *testing.T) {
+	l := newLocal(t)
+	src := newPebbleSrc(t)
+	for range 3 {
+		src.batch(100)
+	}
+	c1 := src.checkpoint(1)
+	want1 := maps(src.want)
+	st := mustUpload(t, l, c1, 1, Checkpoint)
+	total, _, _ := newBytes(t, c1, "")
+	if st.BytesUploaded+st.BytesReused != total || st.Files != st.FilesReused+st.FilesUploaded {
+		t.Errorf("stats: got %+v, want %d bytes in all", st, total)
+	}
+	src.batch(100)
+	c2 := src.checkpoint(2)
+	mustUpload(t, l, c2, 2, Checkpoint)
+	wantIDs(t, l, Checkpoint, 1, 2)
+	if _, err := os.Stat(filepath.Join(l.root, "checkpoints", "ckpt-000000000002", "state")); err != nil {
+		t.Errorf("layout: %v", err)
+	}
+	if got, want := l.Dir(2, Checkpoint), filepath.Join(l.root, "checkpoints", "ckpt-000000000002"); got != want {
+		t.Errorf("Dir: got %s, want %s", got, want)
+	}
+	got := mustDownload(t, l, 2, Checkpoint)
+	sameTree(t, got, c2)
+	checkPebble(t, got, src.want)
+	// A restore onto an empty folder, from a new Local over the same root.
+	l2, err := NewLocal(l.root, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "empty")
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Download(context.Background(), 1, Checkpoint, dst); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, dst, c1)
+	checkPebble(t, dst, want1)
+	if _, err := l.Upload(context.Background(), c2, 2, Checkpoint); !errors.Is(err, ErrExists) {
+		t.Errorf("second upload of id 2: got %v, want ErrExists", err)
+	}
+}
+
+// TestLocalPartial: an upload that never got renamed into place (a crash)
+// is not listed, not restored, and removed by Prune.
+func TestLocalPartial(t *testing.T) {
+	ctx := context.Background()
+	l := newLocal(t)
+	tree := writeTree(t, map[string]string{"state/1.sst": "one", "meta.json": "{}"})
+	mustUpload(t, l, tree, 1, Checkpoint)
+	leftover := filepath.Join(l.root, "checkpoints", localUploadPrefix+"ckpt-000000000002")
+	if err := os.CopyFS(leftover, os.DirFS(tree)); err != nil {
+		t.Fatal(err)
+	}
+	wantIDs(t, l, Checkpoint, 1)
+	if err := l.Download(ctx, 2, Checkpoint, filepath.Join(t.TempDir(), "x")); !errors.Is(err, ErrNotFound) {
+		t.Errorf("download of a partial upload: got %v, want ErrNotFound", err)
+	}
+	st, err := l.Prune(ctx, 3)
+	if err != nil || st.Partial != 1 {
+		t.Fatalf("prune: got %+v, %v; want 1 partial removed", st, err)
+	}
+	if _, err := os.Stat(leftover); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("leftover after prune: %v", err)
+	}
+	mustUpload(t, l, tree, 2, Checkpoint)
+	wantIDs(t, l, Checkpoint, 1, 2)
+
+	bad := writeTree(t, map[string]string{LocalManifest: "x"})
+	if _, err := l.Upload(ctx, bad, 3, Checkpoint); err == nil {
+		t.Errorf("upload of a tree holding %s: got nil error", LocalManifest)
+	}
+	wantIDs(t, l, Checkpoint, 1, 2)
+}
+
+func TestLocalPruneKeepsSavepoints(t *testing.T) {
+	ctx := context.Background()
+	l := newLocal(t)
+	tree := writeTree(t, map[string]string{"state/1.sst": "one", "meta.json": "{}"})
+	for id := int64(1); id <= 5; id++ {
+		mustUpload(t, l, tree, id, Checkpoint)
+	}
+	mustUpload(t, l, tree, 2, Savepoint)
+	if _, err := l.Prune(ctx, 0); err == nil {
+		t.Errorf("prune keeping 0: got nil error")
+	}
+	st, err := l.Prune(ctx, 2)
+	if err != nil || st.Checkpoints != 3 {
+		t.Fatalf("prune: got %+v, %v; want 3 checkpoints removed", st, err)
+	}
+	wantIDs(t, l, Checkpoint, 4, 5)
+	wantIDs(t, l, Savepoint, 2)
+	if _, err := os.Stat(filepath.Join(l.root, "savepoints", "sp-2", LocalManifest)); err != nil {
+		t.Errorf("savepoint layout: %v", err)
+	}
+	sameTree(t, mustDownload(t, l, 2, Savepoint), tree)
+	if err := DropAfter(ctx, l, 4); err != nil {
+		t.Fatal(err)
+	}
+	wantIDs(t, l, Checkpoint, 4)
+	if err := l.Delete(ctx, 9, Checkpoint); !errors.Is(err, ErrNotFound) {
+		t.Errorf("delete of a missing id: got %v, want ErrNotFound", err)
+	}
+}
+
+func TestLocalCorrupt(t *testing.T) {
+	l := newLocal(t)
+	tree := writeTree(t, map[string]string{"state/1.sst": "one", "meta.json": "{}"})
+	mustUpload(t, l, tree, 1, Checkpoint)
+	p := filepath.Join(l.Dir(1, Checkpoint), "state", "1.sst")
+	// A new file (the stored one is a hard link to the source).
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("uno"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "r")
+	if err := l.Download(context.Background(), 1, Checkpoint, dst); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("download of a corrupted checkpoint: got %v, want ErrCorrupt", err)
+	}
+	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("failed download left %s behind (%v)", dst, err)
+	}
+}
+
+func TestHigh(t *testing.T) {
+	c := &clock{}
+	stores := map[string]Store{"local": newLocal(t)}
+	if r, err := NewRemote(newFakeS3("b", c.Now), "b", "p", Options{}); err == nil {
+		stores["remote"] = r
+	} else {
+		t.Fatal(err)
+	}
+	for name, s := range stores {
+		ctx := context.Background()
+		if _, ok, err := s.High(ctx); ok || err != nil {
+			t.Errorf("%s: high before SetHigh: got ok %v, %v", name, ok, err)
+		}
+		for _, v := range []int64{0, 41, 7, 1 << 40} {
+			if err := s.SetHigh(ctx, v); err != nil {
+				t.Fatalf("%s: SetHigh(%d): %v", name, v, err)
+			}
+			if h, ok, err := s.High(ctx); h != v || !ok || err != nil {
+				t.Errorf("%s: High after SetHigh(%d): got %d, %v, %v", name, v, h, ok, err)
+			}
+		}
+	}
+	l := stores["local"].(*Local)
+	if err := os.WriteFile(filepath.Join(l.root, "epoch-high"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.High(context.Background()); err == nil {
+		t.Errorf("corrupt high-water mark: got nil error")
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	o := Options{Parallelism: -1, PendingGrace: -1}
+	err := o.Validate()
+	if err == nil {
+		t.Fatal("got nil error")
+	}
+	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 2 {
+		t.Errorf("got %d problems reported, want 2: %v", n, err)
+	}
+}

@@ -1,0 +1,394 @@
+package ckptstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind says whether an id names a checkpoint (pruned by retention) or a
+// savepoint (kept until deleted explicitly). The two have separate id
+// spaces: savepoint 42 is usually a copy of checkpoint 42.
+type Kind uint8
+
+const (
+	// Checkpoint is a periodic checkpoint, subject to Prune.
+	Checkpoint Kind = iota + 1
+	// Savepoint is an operator's savepoint, never pruned.
+	Savepoint
+)
+
+// String returns "checkpoint" or "savepoint".
+func (k Kind) String() string {
+	switch k {
+	case Checkpoint:
+		return "checkpoint"
+	case Savepoint:
+		return "savepoint"
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+func (k Kind) valid() error {
+	if k != Checkpoint && k != Savepoint {
+		return fmt.Errorf("ckptstore: unknown kind %d", k)
+	}
+	return nil
+}
+
+// prefix returns "ckpt-" or "sp-".
+func (k Kind) prefix() string {
+	if k == Savepoint {
+		return "sp-"
+	}
+	return "ckpt-"
+}
+
+// name returns the directory (or object prefix) name of id: ckpt-<12 digits>
+// for checkpoints, as the runtime has always named them.
+func (k Kind) name(id int64) string {
+	return fmt.Sprintf("%s%012d", k.prefix(), id)
+}
+
+var (
+	// ErrNotFound is returned by Download and Delete for an id that has no
+	// complete checkpoint or savepoint.
+	ErrNotFound = errors.New("ckptstore: not found")
+	// ErrExists is returned by Upload when a complete checkpoint or
+	// savepoint with the same id exists already.
+	ErrExists = errors.New("ckptstore: already exists")
+	// ErrCorrupt is returned by Download when a file does not match the
+	// size or checksum its manifest records.
+	ErrCorrupt = errors.New("ckptstore: corrupt")
+)
+
+// Store keeps checkpoints, savepoints and the epoch high-water mark. Ids
+// are the runtime's checkpoint ids (≥ 0). Implementations are safe for
+// concurrent use.
+type Store interface {
+	// Upload stores the directory tree localDir (regular files and
+	// directories only) as checkpoint or savepoint id. The copy becomes
+	// visible to Latest, List and Download only once complete; a failed or
+	// interrupted upload is never restored. localDir is not modified.
+	Upload(ctx context.Context, localDir string, id int64, kind Kind) (UploadStats, error)
+	// Latest returns the newest complete id of kind, or ok false if none.
+	Latest(ctx context.Context, kind Kind) (id int64, ok bool, err error)
+	// List returns the complete ids of kind, ascending.
+	List(ctx context.Context, kind Kind) ([]int64, error)
+	// Download recreates the tree of a complete id in localDir, which must
+	// not exist or be an empty directory. Every file is checked against the
+	// size and SHA-256 recorded at upload; localDir appears only once all
+	// of them are in place.
+	Download(ctx context.Context, id int64, kind Kind, localDir string) error
+	// Delete removes a complete or partial id (ErrNotFound if nothing is
+	// stored under it). Shared files are left to Prune.
+	Delete(ctx context.Context, id int64, kind Kind) error
+	// Prune keeps the newest keep (≥ 1) checkpoints and every savepoint,
+	// removes abandoned partial uploads and the shared files nothing kept
+	// references.
+	Prune(ctx context.Context, keep int) (PruneStats, error)
+	// SetHigh durably records that epochs up to e may have been written.
+	// It is called before any write tagged e can happen.
+	SetHigh(ctx context.Context, e int64) error
+	// High returns the last value given to SetHigh, or ok false if it was
+	// never called.
+	High(ctx context.Context) (e int64, ok bool, err error)
+	// Location describes where id is kept, for logs and operators: a
+	// directory (Local) or the s3:// URL of its manifest (Remote).
+	Location(id int64, kind Kind) string
+}
+
+// UploadStats describes one Upload. Reused files were already stored by an
+// earlier upload (Remote: shared table files; Local: hard links) and cost
+// no transfer.
+type UploadStats struct {
+	Files         int           // files in the tree
+	FilesUploaded int           // files transferred
+	FilesReused   int           // files referenced, not transferred
+	BytesUploaded int64         // bytes transferred (the manifest excluded)
+	BytesReused   int64         // bytes referenced, not transferred
+	Duration      time.Duration // wall time of the whole upload
+}
+
+// PruneStats describes one Prune.
+type PruneStats struct {
+	Checkpoints int   // complete checkpoints removed
+	Partial     int   // abandoned partial uploads removed
+	Shared      int   // shared files removed (Remote only)
+	SharedBytes int64 // their size
+}
+
+// DropAfter deletes the checkpoints with ids above id: a start from
+// savepoint id abandons them, and the new lineage reuses their ids.
+func DropAfter(ctx context.Context, s Store, id int64) error {
+	ids, err := s.List(ctx, Checkpoint)
+	if err != nil {
+		return err
+	}
+	for _, x := range ids {
+		if x > id {
+			if err := s.Delete(ctx, x, Checkpoint); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// manifest lists every file of a complete checkpoint or savepoint.
+type manifest struct {
+	Version   int         `json:"version"`
+	Kind      string      `json:"kind"`
+	ID        int64       `json:"id"`
+	CreatedMs int64       `json:"created_ms"` // Unix ms
+	Dirs      []string    `json:"dirs,omitempty"`
+	Files     []fileEntry `json:"files"`
+}
+
+// fileEntry is one file of a manifest.
+type fileEntry struct {
+	Path   string `json:"path"` // slash-separated, relative to the tree's root
+	Size   int64  `json:"size"` // bytes
+	SHA256 string `json:"sha256"`
+	Key    string `json:"key,omitempty"` // Remote: object key relative to the prefix
+}
+
+const manifestVersion = 1
+
+func decodeManifest(b []byte, id int64, kind Kind) (*manifest, error) {
+	var m manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("ckptstore: %s %d: manifest: %w: %w", kind, id, ErrCorrupt, err)
+	}
+	if m.Version != manifestVersion || m.ID != id || m.Kind != kind.String() {
+		return nil, fmt.Errorf("ckptstore: %s %d: manifest is version %d of %s %d: %w", kind, id, m.Version, m.Kind, m.ID, ErrCorrupt)
+	}
+	for _, f := range append([]string(nil), m.Dirs...) {
+		if !safeRel(f) {
+			return nil, fmt.Errorf("ckptstore: %s %d: manifest holds unsafe path %q: %w", kind, id, f, ErrCorrupt)
+		}
+	}
+	for _, f := range m.Files {
+		if !safeRel(f.Path) || f.Size < 0 {
+			return nil, fmt.Errorf("ckptstore: %s %d: manifest holds bad entry %q: %w", kind, id, f.Path, ErrCorrupt)
+		}
+	}
+	return &m, nil
+}
+
+// safeRel reports whether p is a clean relative slash path inside its root.
+func safeRel(p string) bool {
+	return p != "" && p != "." && !path.IsAbs(p) && path.Clean(p) == p && p != ".." && !strings.HasPrefix(p, "../") &&
+		!strings.Contains(p, "\\")
+}
+
+// localFile is a regular file of a tree being uploaded.
+type localFile struct {
+	rel     string // slash path
+	abs     string
+	size    int64
+	modNano int64
+	sum     string // hex SHA-256, filled by hashing
+}
+
+// scanTree lists the directories and regular files under root.
+func scanTree(root string) (dirs []string, files []localFile, err error) {
+	fi, err := os.Stat(root)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ckptstore: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, nil, fmt.Errorf("ckptstore: %s is not a directory", root)
+	}
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == root {
+			return nil
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		switch {
+		case d.IsDir():
+			dirs = append(dirs, rel)
+		case d.Type().IsRegular():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			files = append(files, localFile{rel: rel, abs: p, size: info.Size(), modNano: info.ModTime().UnixNano()})
+		default:
+			return fmt.Errorf("%s is not a regular file or directory", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("ckptstore: scan %s: %w", root, err)
+	}
+	slices.Sort(dirs)
+	slices.SortFunc(files, func(a, b localFile) int { return strings.Compare(a.rel, b.rel) })
+	return dirs, files, nil
+}
+
+// isTable reports whether a file is a Pebble table file: immutable, and
+// shared between checkpoints.
+func isTable(rel string) bool { return strings.HasSuffix(rel, ".sst") }
+
+func hashFile(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// prepareTarget makes sure localDir does not exist (removing it if it is an
+// empty directory) and returns a fresh staging directory next to it.
+func prepareTarget(localDir string) (string, error) {
+	ents, err := os.ReadDir(localDir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return "", fmt.Errorf("ckptstore: download target: %w", err)
+	case len(ents) > 0:
+		return "", fmt.Errorf("ckptstore: download target %s is not empty", localDir)
+	default:
+		if err := os.Remove(localDir); err != nil {
+			return "", fmt.Errorf("ckptstore: download target: %w", err)
+		}
+	}
+	parent := filepath.Dir(localDir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", fmt.Errorf("ckptstore: download target: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(localDir)+".download-")
+	if err != nil {
+		return "", fmt.Errorf("ckptstore: download target: %w", err)
+	}
+	return tmp, nil
+}
+
+// finishTarget syncs and renames a completed staging directory into place.
+func finishTarget(tmp, localDir string) error {
+	if err := syncDir(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, localDir); err != nil {
+		return fmt.Errorf("ckptstore: download: %w", err)
+	}
+	return syncDir(filepath.Dir(localDir))
+}
+
+// makeDirs creates the manifest's directories under root.
+func makeDirs(root string, dirs []string) error {
+	for _, d := range dirs {
+		if err := os.MkdirAll(filepath.Join(root, filepath.FromSlash(d)), 0o755); err != nil {
+			return fmt.Errorf("ckptstore: %w", err)
+		}
+	}
+	return nil
+}
+
+func writeFileSync(p string, b []byte) error {
+	f, err := os.Create(p)
+	if err != nil {
+		return fmt.Errorf("ckptstore: write %s: %w", filepath.Base(p), err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("ckptstore: write %s: %w", filepath.Base(p), err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("ckptstore: sync %s: %w", filepath.Base(p), err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("ckptstore: write %s: %w", filepath.Base(p), err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("ckptstore: sync dir: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("ckptstore: sync dir: %w", err)
+	}
+	return nil
+}
+
+// parseHigh decodes the high-water mark's contents.
+func parseHigh(b []byte) (int64, error) {
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("ckptstore: corrupt epoch high-water mark %q: %w", b, err)
+	}
+	return v, nil
+}
+
+func formatHigh(e int64) []byte { return []byte(strconv.FormatInt(e, 10) + "\n") }
+
+// parallel runs fn for each index in [0, n) on at most limit goroutines and
+// returns the errors joined. After the first error no new index starts.
+func parallel(ctx context.Context, n, limit int, fn func(ctx context.Context, i int) error) error {
+	if n == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	limit = max(1, min(limit, n))
+	next := make(chan int)
+	errs := make([]error, limit)
+	done := make(chan struct{})
+	for w := 0; w < limit; w++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range next {
+				if err := fn(ctx, i); err != nil && errs[w] == nil {
+					errs[w] = err
+					cancel()
+				}
+			}
+		}()
+	}
+feed:
+	for i := 0; i < n; i++ {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	for w := 0; w < limit; w++ {
+		<-done
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return ctx.Err()
+}

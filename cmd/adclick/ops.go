@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The operator commands call the HTTP API of a running job (adclick run
+// --listen). They print the API's JSON answer on stdout.
+
+const (
+	savepointSummary = `Takes a savepoint of the running job (POST /v1/savepoints) and prints its
+metadata, including its id and path. Start another version from it with
+"adclick run --from-savepoint ID --job-gen G" (blue/green, rescaling,
+upgrades).`
+	stopSummary = `Stops the running job with a final checkpoint (POST /v1/stop); with
+--savepoint it also keeps a savepoint of that checkpoint, the in-place way to
+upgrade or rescale.`
+	sweepSummary = `Runs the second sweep after a blue/green switch (POST /v1/sweeps), on the new
+version's job: once the old version (generation --gen) has stopped writing,
+it removes what that generation wrote since savepoint --since. Run it only
+after the old version has stopped.`
+	statusSummary = `Prints the running job's status (GET /v1/status): watermark,
+data_complete_through, shards, last checkpoint, job_gen, parallelism.`
+)
+
+// maxAnswerBytes bounds what the commands read of an answer.
+const maxAnswerBytes = 4 << 20
+
+// apiClient holds the flags shared by the operator commands.
+type apiClient struct {
+	base    string
+	token   string
+	timeout time.Duration
+}
+
+func (c *apiClient) register(fs *flag.FlagSet, timeout time.Duration) {
+	fs.StringVar(&c.base, "api", "http://127.0.0.1:8080", "base URL of the job's HTTP API")
+	fs.StringVar(&c.token, "token", "", "bearer token of the API (default: $ADCLICK_ADMIN_TOKEN)")
+	fs.DurationVar(&c.timeout, "timeout", timeout, "give up after this long")
+}
+
+// check validates the flags after parsing.
+func (c *apiClient) check() error {
+	u, err := url.Parse(c.base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usageError{fmt.Errorf("--api %q: want an http:// or https:// URL such as http://127.0.0.1:8080", c.base)}
+	}
+	c.base = strings.TrimRight(c.base, "/")
+	if c.token == "" {
+		c.token = os.Getenv("ADCLICK_ADMIN_TOKEN")
+	}
+	if c.timeout <= 0 {
+		return usageError{fmt.Errorf("--timeout %v: want a positive duration", c.timeout)}
+	}
+	return nil
+}
+
+// call sends a request with an optional JSON body and copies a successful
+// answer to stdout. An error answer becomes an error carrying the API's
+// code and message.
+func (c *apiClient) call(ctx context.Context, method, path string, body any, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	u := c.base + path
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, u, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%s %s: no answer within %v (--timeout): %w", method, u, c.timeout, err)
+		}
+		return fmt.Errorf("%s %s: %w (is the job running with its HTTP API on --api?)", method, u, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return fmt.Errorf("%s %s: read answer: %w", method, u, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var eb struct {
+			Error struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
+			msg := fmt.Errorf("%s %s: %s (%s): %s", method, u, resp.Status, eb.Error.Code, eb.Error.Message)
+			if resp.StatusCode == http.StatusUnauthorized {
+				return fmt.Errorf("%w; pass --token or set ADCLICK_TOKEN", msg)
+			}
+			return msg
+		}
+		return fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if !json.Valid(b) {
+		return fmt.Errorf("%s %s: the answer is not JSON: %.200q", method, u, b)
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = stdout.Write(out.Bytes())
+	return err
+}
+
+func cmdSavepoint(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("savepoint", savepointSummary, stderr)
+	var c apiClient
+	c.register(fs, 10*time.Minute)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.call(ctx, http.MethodPost, "/v1/savepoints", nil, stdout)
+}
+
+func cmdStop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("stop", stopSummary, stderr)
+	var c apiClient
+	c.register(fs, 10*time.Minute)
+	savepoint := fs.Bool("savepoint", false, "keep a savepoint of the final checkpoint")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.call(ctx, http.MethodPost, "/v1/stop", map[string]bool{"savepoint": *savepoint}, stdout)
+}
+
+// optInt64 is an int64 flag that knows whether it was given.
+type optInt64 struct {
+	v   int64
+	set bool
+}
+
+func (o *optInt64) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.FormatInt(o.v, 10)
+}
+
+func (o *optInt64) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return errors.New("want an integer")
+	}
+	o.v, o.set = v, true
+	return nil
+}
+
+func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("sweep", sweepSummary, stderr)
+	var c apiClient
+	c.register(fs, 30*time.Minute)
+	var gen, since optInt64
+	fs.Var(&gen, "gen", "job generation of the old version, whose writes are removed (required)")
+	fs.Var(&since, "since", "id of the savepoint the new version started from (required)")
+	high := fs.Int64("high", 0, "last epoch to sweep (0 = the job's default: its current epoch plus a margin)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	var missing []string
+	if !gen.set {
+		missing = append(missing, "--gen")
+	}
+	if !since.set {
+		missing = append(missing, "--since")
+	}
+	if len(missing) > 0 {
+		return usageError{fmt.Errorf("missing %s", strings.Join(missing, " and "))}
+	}
+	if gen.v < 1 || since.v < 0 || *high < 0 {
+		return usageError{fmt.Errorf("--gen %d, --since %d, --high %d: want gen >= 1, since >= 0, high >= 0", gen.v, since.v, *high)}
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	body := map[string]int64{"gen": gen.v, "since": since.v}
+	if *high > 0 {
+		body["high"] = *high
+	}
+	return c.call(ctx, http.MethodPost, "/v1/sweeps", body, stdout)
+}
+
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("status", statusSummary, stderr)
+	var c apiClient
+	c.register(fs, 10*time.Second)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.call(ctx, http.MethodGet, "/v1/status", nil, stdout)
+}
