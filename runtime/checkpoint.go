@@ -1,15 +1,16 @@
 package runtime
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
+	"time"
+
+	"github.com/adclick/adclick/ckptstore"
 )
 
 // Meta is the metadata of a completed checkpoint, stored next to its state
@@ -27,64 +28,148 @@ type Meta struct {
 	TakenAtMs   int64             `json:"taken_at_ms"`
 	DurationMs  int64             `json:"duration_ms"`
 	SizeBytes   int64             `json:"size_bytes"`
+	Uploaded    int64             `json:"uploaded_bytes"`
 	Final       bool              `json:"final,omitempty"`
 }
 
-// checkpoints is the local checkpoint storage under DataDir/checkpoints, and
-// the epoch high-water mark under DataDir/epoch-high.
+// checkpoints builds checkpoints in a local scratch folder and keeps them
+// in a ckptstore.Store: DataDir itself in embedded mode, S3 in AWS mode
+// (where a container's disk does not survive a restart). The store also
+// holds the epoch high-water mark.
 type checkpoints struct {
-	dir      string
-	highFile string
+	store   ckptstore.Store
+	dataDir string
+	keep    int
 }
 
-func newCheckpoints(dataDir string) (*checkpoints, error) {
-	c := &checkpoints{dir: filepath.Join(dataDir, "checkpoints"), highFile: filepath.Join(dataDir, "epoch-high")}
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("runtime: checkpoint dir: %w", err)
+func newCheckpoints(dataDir string, store ckptstore.Store, keep int) (*checkpoints, error) {
+	if store == nil {
+		var err error
+		if store, err = ckptstore.NewLocal(dataDir, ckptstore.Options{}); err != nil {
+			return nil, fmt.Errorf("runtime: checkpoint store: %w", err)
+		}
 	}
-	return c, nil
+	return &checkpoints{store: store, dataDir: dataDir, keep: keep}, nil
 }
 
-func ckptName(id int64) string { return fmt.Sprintf("ckpt-%012d", id) }
+// fetch downloads checkpoint (or savepoint) id into an empty local folder
+// and reads its metadata.
+func (c *checkpoints) fetch(ctx context.Context, id int64, kind ckptstore.Kind) (string, Meta, error) {
+	dir := filepath.Join(c.dataDir, "restore", kind.String()+"-"+strconv.FormatInt(id, 10))
+	if err := os.RemoveAll(dir); err != nil {
+		return "", Meta{}, fmt.Errorf("runtime: restore dir: %w", err)
+	}
+	if err := c.store.Download(ctx, id, kind, dir); err != nil {
+		return "", Meta{}, fmt.Errorf("runtime: fetch %s %d: %w", kind, id, err)
+	}
+	m, err := readMeta(dir)
+	return dir, m, err
+}
 
-func (c *checkpoints) path(id int64) string { return filepath.Join(c.dir, ckptName(id)) }
+// latest fetches the newest complete checkpoint; found is false if there
+// is none.
+func (c *checkpoints) latest(ctx context.Context) (dir string, m Meta, found bool, err error) {
+	id, ok, err := c.store.Latest(ctx, ckptstore.Checkpoint)
+	if err != nil || !ok {
+		return "", Meta{}, false, err
+	}
+	dir, m, err = c.fetch(ctx, id, ckptstore.Checkpoint)
+	return dir, m, err == nil, err
+}
 
-// ids returns the ids of the complete checkpoints, ascending.
-func (c *checkpoints) ids() ([]int64, error) {
-	ents, err := os.ReadDir(c.dir)
+// savepoint fetches a savepoint named by id (from the store) or by a local
+// folder path.
+func (c *checkpoints) savepoint(ctx context.Context, ref string) (string, Meta, error) {
+	if id, err := strconv.ParseInt(ref, 10, 64); err == nil {
+		return c.fetch(ctx, id, ckptstore.Savepoint)
+	}
+	m, err := readMeta(ref)
+	return ref, m, err
+}
+
+// cleanRestore removes the downloaded copies.
+func (c *checkpoints) cleanRestore() { os.RemoveAll(filepath.Join(c.dataDir, "restore")) }
+
+// put builds checkpoint id in a scratch folder (fill writes the state into
+// dir/state), adds meta.json, and stores it — and, if savepoint is set, as a
+// savepoint too. It returns the completed metadata and the savepoint's
+// location.
+func (c *checkpoints) put(ctx context.Context, m Meta, savepoint bool, began time.Time, fill func(dir string) error) (Meta, string, error) {
+	dir := filepath.Join(c.dataDir, "scratch", "ckpt-"+strconv.FormatInt(m.ID, 10))
+	if err := os.RemoveAll(dir); err != nil {
+		return Meta{}, "", fmt.Errorf("runtime: checkpoint scratch: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if err := fill(dir); err != nil {
+		return Meta{}, "", err
+	}
+	m.SizeBytes = dirSize(dir)
+	m.DurationMs = time.Since(began).Milliseconds()
+	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("runtime: list checkpoints: %w", err)
+		return Meta{}, "", fmt.Errorf("runtime: encode checkpoint meta: %w", err)
 	}
-	var ids []int64
-	for _, e := range ents {
-		name, ok := strings.CutPrefix(e.Name(), "ckpt-")
-		if !ok || !e.IsDir() {
-			continue
+	if err := os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o644); err != nil {
+		return Meta{}, "", fmt.Errorf("runtime: write checkpoint meta: %w", err)
+	}
+	st, err := c.store.Upload(ctx, dir, m.ID, ckptstore.Checkpoint)
+	if err != nil {
+		return Meta{}, "", fmt.Errorf("runtime: store checkpoint %d: %w", m.ID, err)
+	}
+	m.Uploaded = st.BytesUploaded
+	loc := ""
+	if savepoint {
+		if _, err := c.store.Upload(ctx, dir, m.ID, ckptstore.Savepoint); err != nil {
+			return Meta{}, "", fmt.Errorf("runtime: store savepoint %d: %w", m.ID, err)
 		}
-		id, err := strconv.ParseInt(name, 10, 64)
+		loc = c.store.Location(m.ID, ckptstore.Savepoint)
+	}
+	return m, loc, nil
+}
+
+// prune keeps the newest checkpoints (and every savepoint).
+func (c *checkpoints) prune(ctx context.Context) error {
+	_, err := c.store.Prune(ctx, c.keep)
+	return err
+}
+
+// oldestRestorable returns the lowest id a restore can go back to (the
+// oldest kept checkpoint or savepoint), or ok false.
+func (c *checkpoints) oldestRestorable(ctx context.Context) (int64, bool) {
+	var oldest int64
+	found := false
+	for _, k := range []ckptstore.Kind{ckptstore.Checkpoint, ckptstore.Savepoint} {
+		ids, err := c.store.List(ctx, k)
 		if err != nil {
-			continue
+			return 0, false
 		}
-		if _, err := os.Stat(filepath.Join(c.dir, e.Name(), "meta.json")); err == nil {
-			ids = append(ids, id)
+		for _, id := range ids {
+			if !found || id < oldest {
+				oldest, found = id, true
+			}
 		}
 	}
-	slices.Sort(ids)
-	return ids, nil
+	return oldest, found
 }
 
-// latest returns the newest complete checkpoint, or ok false.
-func (c *checkpoints) latest() (m Meta, ok bool, err error) {
-	ids, err := c.ids()
-	if err != nil || len(ids) == 0 {
-		return Meta{}, false, err
+// high returns the highest epoch any run may have written (ok false if
+// none ran).
+func (c *checkpoints) high(ctx context.Context) (int64, bool, error) {
+	return c.store.High(ctx)
+}
+
+// setHigh durably records that epochs up to e may be written. It is called
+// before any write tagged e can happen.
+func (c *checkpoints) setHigh(ctx context.Context, e int64) error {
+	if err := c.store.SetHigh(ctx, e); err != nil {
+		return fmt.Errorf("runtime: record epoch high-water mark: %w", err)
 	}
-	m, err = c.meta(ids[len(ids)-1])
-	return m, err == nil, err
+	return nil
 }
 
-func (c *checkpoints) meta(id int64) (Meta, error) {
-	return readMeta(c.path(id))
+// dropAfter removes the checkpoints after id (an abandoned lineage).
+func (c *checkpoints) dropAfter(ctx context.Context, id int64) error {
+	return ckptstore.DropAfter(ctx, c.store, id)
 }
 
 func readMeta(dir string) (Meta, error) {
@@ -97,125 +182,6 @@ func readMeta(dir string) (Meta, error) {
 		return Meta{}, fmt.Errorf("runtime: %s: corrupt meta.json: %w", dir, err)
 	}
 	return m, nil
-}
-
-// dropAfter removes the checkpoints with ids above id.
-func (c *checkpoints) dropAfter(id int64) error {
-	ids, err := c.ids()
-	if err != nil {
-		return err
-	}
-	for _, x := range ids {
-		if x > id {
-			if err := os.RemoveAll(c.path(x)); err != nil {
-				return fmt.Errorf("runtime: drop checkpoint %d: %w", x, err)
-			}
-		}
-	}
-	return nil
-}
-
-// staging returns an empty directory to build checkpoint id in.
-func (c *checkpoints) staging(id int64) (string, error) {
-	p := filepath.Join(c.dir, "tmp-"+ckptName(id))
-	if err := os.RemoveAll(p); err != nil {
-		return "", fmt.Errorf("runtime: checkpoint staging: %w", err)
-	}
-	return p, nil
-}
-
-// commit writes meta.json into the staging directory, syncs it and renames
-// the directory into place: a checkpoint exists only once complete.
-func (c *checkpoints) commit(staging string, m Meta) error {
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return fmt.Errorf("runtime: encode checkpoint meta: %w", err)
-	}
-	if err := writeFileSync(filepath.Join(staging, "meta.json"), b); err != nil {
-		return err
-	}
-	if err := os.Rename(staging, c.path(m.ID)); err != nil {
-		return fmt.Errorf("runtime: commit checkpoint %d: %w", m.ID, err)
-	}
-	return syncDir(c.dir)
-}
-
-// prune removes all but the newest keep checkpoints and any staging leftovers.
-func (c *checkpoints) prune(keep int) error {
-	ids, err := c.ids()
-	if err != nil {
-		return err
-	}
-	for len(ids) > keep {
-		if err := os.RemoveAll(c.path(ids[0])); err != nil {
-			return fmt.Errorf("runtime: prune checkpoint %d: %w", ids[0], err)
-		}
-		ids = ids[1:]
-	}
-	ents, _ := os.ReadDir(c.dir)
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "tmp-") {
-			os.RemoveAll(filepath.Join(c.dir, e.Name()))
-		}
-	}
-	return nil
-}
-
-// high returns the highest epoch any run may have written (0 if none ran).
-func (c *checkpoints) high() (int64, bool, error) {
-	b, err := os.ReadFile(c.highFile)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("runtime: read epoch high-water mark: %w", err)
-	}
-	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, false, fmt.Errorf("runtime: corrupt epoch high-water mark %q: %w", b, err)
-	}
-	return v, true, nil
-}
-
-// setHigh durably records that epochs up to e may be written. It is called
-// before any write tagged e can happen.
-func (c *checkpoints) setHigh(e int64) error {
-	tmp := c.highFile + ".tmp"
-	if err := writeFileSync(tmp, []byte(strconv.FormatInt(e, 10)+"\n")); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, c.highFile); err != nil {
-		return fmt.Errorf("runtime: record epoch high-water mark: %w", err)
-	}
-	return syncDir(filepath.Dir(c.highFile))
-}
-
-func writeFileSync(path string, b []byte) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("runtime: write %s: %w", filepath.Base(path), err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("runtime: write %s: %w", filepath.Base(path), err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("runtime: sync %s: %w", filepath.Base(path), err)
-	}
-	return f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("runtime: sync dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("runtime: sync dir: %w", err)
-	}
-	return nil
 }
 
 func dirSize(dir string) int64 {

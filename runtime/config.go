@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/clock"
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kinesis"
@@ -76,6 +77,11 @@ type Config struct {
 	// BatchSize is the number of clicks per message to a pre-aggregator.
 	// Default 256.
 	BatchSize int
+
+	// Checkpoints stores checkpoints, savepoints and the epoch high-water
+	// mark; nil keeps them under DataDir (embedded mode). AWS mode passes
+	// an S3 store.
+	Checkpoints ckptstore.Store
 
 	// Rows and Totals are the sinks; nil selects the embedded store under
 	// DataDir/store.

@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/adclick/adclick/ingest"
@@ -273,12 +270,9 @@ func (d *driver) control(ctx context.Context, r ctlReq) error {
 	var resp ctlResp
 	switch r.kind {
 	case ctlSavepoint:
-		resp.meta, resp.err = d.checkpoint(ctx, d.procMs, false)
+		resp.meta, resp.path, resp.err = d.checkpointAs(ctx, d.procMs, false, true)
 	case ctlStop:
-		resp.meta, resp.err = d.checkpoint(ctx, d.procMs, true)
-	}
-	if resp.err == nil && r.savepoint {
-		resp.path, resp.err = d.j.keepSavepoint(resp.meta.ID)
+		resp.meta, resp.path, resp.err = d.checkpointAs(ctx, d.procMs, true, r.savepoint)
 	}
 	r.reply <- resp
 	if resp.err != nil {
@@ -341,24 +335,31 @@ func (d *driver) drain(ctx context.Context) error {
 // the barrier, collect every subtask's acknowledgement and state, write the
 // Pebble checkpoint and the metadata, then let the graph go on.
 func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) (Meta, error) {
+	m, _, err := d.checkpointAs(ctx, procMs, final, false)
+	return m, err
+}
+
+// checkpointAs takes a checkpoint, also kept as a savepoint if savepoint is
+// set; it returns the savepoint's location.
+func (d *driver) checkpointAs(ctx context.Context, procMs int64, final, savepoint bool) (Meta, string, error) {
 	j := d.j
 	id := j.nextID
 	j.nextID++
 	began := time.Now()
-	if err := j.ckpts.setHigh(id); err != nil {
-		return Meta{}, err
+	if err := j.ckpts.setHigh(ctx, id); err != nil {
+		return Meta{}, "", err
 	}
 	if err := d.flushBatches(ctx); err != nil {
-		return Meta{}, err
+		return Meta{}, "", err
 	}
 	positions := d.src.positions()
 	if err := d.log.barrier(id); err != nil {
-		return Meta{}, err
+		return Meta{}, "", err
 	}
 	b := &barrier{id: id, final: final, resume: make(chan struct{})}
 	defer close(b.resume)
 	if err := d.broadcast(ctx, toPre{kind: mBarrier, barrier: b, procMs: procMs}); err != nil {
-		return Meta{}, err
+		return Meta{}, "", err
 	}
 	floors := make([]int64, len(j.pres))
 	var win, late []blob
@@ -368,7 +369,7 @@ func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) (Meta
 		select {
 		case a = <-j.acks:
 		case <-ctx.Done():
-			return Meta{}, ctx.Err()
+			return Meta{}, "", ctx.Err()
 		}
 		if a.err != nil {
 			errs = append(errs, fmt.Errorf("%s subtask %d: %w", a.role, a.index, a.err))
@@ -381,12 +382,12 @@ func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) (Meta
 	}
 	if err := errors.Join(errs...); err != nil {
 		j.m.ckpts.WithLabelValues("failed").Inc()
-		return Meta{}, fmt.Errorf("runtime: checkpoint %d: %w", id, err)
+		return Meta{}, "", fmt.Errorf("runtime: checkpoint %d: %w", id, err)
 	}
-	meta, err := d.write(id, positions, floors, win, late, final, began)
+	meta, loc, err := d.write(ctx, id, positions, floors, win, late, final, savepoint, began)
 	if err != nil {
 		j.m.ckpts.WithLabelValues("failed").Inc()
-		return Meta{}, err
+		return Meta{}, "", err
 	}
 	d.lastCkpt = procMs
 	j.ckptCount++
@@ -398,30 +399,23 @@ func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) (Meta
 	j.status.LastCheckpoint = &meta
 	j.mu.Unlock()
 	j.log.Debug("checkpoint", "id", id, "duration_ms", meta.DurationMs, "size_bytes", meta.SizeBytes, "final", final)
-	return meta, nil
+	return meta, loc, nil
 }
 
-func (d *driver) write(id int64, positions map[string]string, floors []int64, win, late []blob, final bool, began time.Time) (Meta, error) {
+func (d *driver) write(ctx context.Context, id int64, positions map[string]string, floors []int64, win, late []blob, final, savepoint bool, began time.Time) (Meta, string, error) {
 	j := d.j
 	for _, op := range []struct {
 		name  string
 		blobs []blob
 	}{{"win", win}, {"late", late}} {
 		if err := j.st.DeleteBlobs(op.name); err != nil {
-			return Meta{}, fmt.Errorf("runtime: checkpoint %d: %w", id, err)
+			return Meta{}, "", fmt.Errorf("runtime: checkpoint %d: %w", id, err)
 		}
 		for _, b := range op.blobs {
 			if err := j.st.PutBlob(op.name, b.kg, b.data); err != nil {
-				return Meta{}, fmt.Errorf("runtime: checkpoint %d: %w", id, err)
+				return Meta{}, "", fmt.Errorf("runtime: checkpoint %d: %w", id, err)
 			}
 		}
-	}
-	staging, err := j.ckpts.staging(id)
-	if err != nil {
-		return Meta{}, err
-	}
-	if err := j.st.Checkpoint(staging + "/state"); err != nil {
-		return Meta{}, fmt.Errorf("runtime: checkpoint %d: %w", id, err)
 	}
 	fp, desc := j.cfg.fingerprint()
 	wm := d.wms.Current()
@@ -429,44 +423,40 @@ func (d *driver) write(id int64, positions map[string]string, floors []int64, wi
 		wm = floorsMin(floors)
 	}
 	meta := Meta{ID: id, JobGen: j.cfg.JobGen, Fingerprint: fp, Settings: desc, Positions: positions, Floors: floors,
-		Watermark: wm, Parallelism: j.cfg.Parallelism, Restored: j.c, TakenAtMs: d.procMs,
-		DurationMs: time.Since(began).Milliseconds(), SizeBytes: dirSize(staging), Final: final}
-	if err := j.ckpts.commit(staging, meta); err != nil {
-		return Meta{}, err
+		Watermark: wm, Parallelism: j.cfg.Parallelism, Restored: j.c, TakenAtMs: d.procMs, Final: final}
+	meta, loc, err := j.ckpts.put(ctx, meta, savepoint, began, func(dir string) error {
+		if err := j.st.Checkpoint(filepath.Join(dir, "state")); err != nil {
+			return fmt.Errorf("runtime: checkpoint %d: %w", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Meta{}, "", err
 	}
-	if err := j.ckpts.prune(j.cfg.CheckpointsKept); err != nil {
-		return Meta{}, err
+	meta.DurationMs = time.Since(began).Milliseconds()
+	if err := j.ckpts.prune(ctx); err != nil {
+		j.log.Warn("checkpoint prune failed; old checkpoints stay until the next one", "err", err)
 	}
-	d.forgetEpochs()
-	return meta, nil
+	d.forgetEpochs(ctx)
+	return meta, loc, nil
 }
 
 // forgetEpochs drops the running-total store's bookkeeping of epochs no
-// restore can go back to: below the oldest kept checkpoint and the oldest
+// restore can go back to: below the oldest kept checkpoint and every
 // savepoint. A failure only leaves bookkeeping to expire.
-func (d *driver) forgetEpochs() {
+func (d *driver) forgetEpochs(ctx context.Context) {
 	j := d.j
 	if j.totals == nil {
 		return
 	}
-	ids, err := j.ckpts.ids()
-	if err != nil || len(ids) == 0 {
+	oldest, ok := j.ckpts.oldestRestorable(ctx)
+	if !ok || oldest <= d.forgotten {
 		return
 	}
-	oldest := ids[0]
-	if ents, err := os.ReadDir(filepath.Join(j.cfg.DataDir, "savepoints")); err == nil {
-		for _, e := range ents {
-			if v, err := strconv.ParseInt(strings.TrimPrefix(e.Name(), "sp-"), 10, 64); err == nil {
-				oldest = min(oldest, v)
-			}
-		}
-	}
-	if oldest > d.forgotten {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := j.totals.ForgetEpochs(ctx, d.forgotten, oldest); err == nil {
-			d.forgotten = oldest
-		}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := j.totals.ForgetEpochs(fctx, d.forgotten, oldest); err == nil {
+		d.forgotten = oldest
 	}
 }
 

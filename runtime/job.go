@@ -81,28 +81,26 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	j := &Job{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer), ctl: make(chan ctlReq), done: make(chan struct{})}
 	var err error
-	if j.ckpts, err = newCheckpoints(cfg.DataDir); err != nil {
+	if j.ckpts, err = newCheckpoints(cfg.DataDir, cfg.Checkpoints, cfg.CheckpointsKept); err != nil {
 		return nil, err
 	}
 	var meta Meta
 	var found bool
 	ckptDir := ""
 	if cfg.FromSavepoint != "" {
-		if ckptDir, meta, err = j.openSavepoint(cfg.FromSavepoint); err != nil {
-			return nil, err
+		if ckptDir, meta, err = j.ckpts.savepoint(ctx, cfg.FromSavepoint); err != nil {
+			return nil, fmt.Errorf("runtime: savepoint %s: %w", cfg.FromSavepoint, err)
 		}
 		found = true
 		// Checkpoints after the savepoint belong to a lineage this start
 		// abandons; ids after the savepoint are reused by the new one.
-		if err := j.ckpts.dropAfter(meta.ID); err != nil {
+		if err := j.ckpts.dropAfter(ctx, meta.ID); err != nil {
 			return nil, err
 		}
-	} else {
-		if meta, found, err = j.ckpts.latest(); err != nil {
-			return nil, err
-		}
-		ckptDir = j.ckpts.path(meta.ID)
+	} else if ckptDir, meta, found, err = j.ckpts.latest(ctx); err != nil {
+		return nil, err
 	}
+	defer j.ckpts.cleanRestore()
 	fp, desc := cfg.fingerprint()
 	if found && meta.Fingerprint != fp {
 		return nil, fmt.Errorf("runtime: checkpoint %d in %s was taken with settings {%s}, but this job has {%s}; restoring it would misread its state: start with the same settings, or with a new --data directory",
@@ -143,7 +141,7 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		j.Close()
 		return nil, err
 	}
-	high, wrote, err := j.ckpts.high()
+	high, wrote, err := j.ckpts.high(ctx)
 	if err != nil {
 		j.Close()
 		return nil, err
@@ -171,7 +169,7 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	if cfg.FromSavepoint != "" {
 		j.nextID = j.c + 1
 	}
-	if err := j.ckpts.setHigh(max(high, j.c)); err != nil {
+	if err := j.ckpts.setHigh(ctx, max(high, j.c)); err != nil {
 		j.Close()
 		return nil, err
 	}
@@ -290,20 +288,6 @@ func (j *Job) Status() Status {
 	return s
 }
 
-// openSavepoint finds a savepoint by path or by id (under
-// DataDir/savepoints) and reads its metadata.
-func (j *Job) openSavepoint(ref string) (string, Meta, error) {
-	dir := ref
-	if id, err := strconv.ParseInt(ref, 10, 64); err == nil {
-		dir = j.savepointDir(id)
-	}
-	m, err := readMeta(dir)
-	if err != nil {
-		return "", Meta{}, fmt.Errorf("runtime: savepoint %s: %w", ref, err)
-	}
-	return dir, m, nil
-}
-
 // Stats are a finished run's statistics, for benchmarks.
 type Stats struct {
 	Records          int64 `json:"records"`
@@ -314,6 +298,7 @@ type Stats struct {
 	Checkpoints      int64 `json:"checkpoints"`
 	LastCheckpointMs int64 `json:"last_checkpoint_duration_ms"`
 	LastCheckpointB  int64 `json:"last_checkpoint_bytes"`
+	LastUploadedB    int64 `json:"last_checkpoint_uploaded_bytes"`
 	RestoreMs        int64 `json:"restore_ms"`
 }
 
@@ -331,7 +316,7 @@ func (j *Job) Stats() Stats {
 		s.StateBytes = j.st.SizeBytes()
 	}
 	if c := st.LastCheckpoint; c != nil {
-		s.LastCheckpointMs, s.LastCheckpointB = c.DurationMs, c.SizeBytes
+		s.LastCheckpointMs, s.LastCheckpointB, s.LastUploadedB = c.DurationMs, c.SizeBytes, c.Uploaded
 	}
 	return s
 }

@@ -4,10 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"strconv"
 
 	"github.com/adclick/adclick/flush"
 )
@@ -76,7 +72,7 @@ func (j *Job) Sweep(ctx context.Context, gen, since, high int64) (flush.Report, 
 		return flush.Report{}, fmt.Errorf("runtime: sweep of generation %d refused: it is not older than this job's generation %d", gen, j.cfg.JobGen)
 	}
 	if high == 0 {
-		h, _, err := j.ckpts.high()
+		h, _, err := j.ckpts.high(ctx)
 		if err != nil {
 			return flush.Report{}, err
 		}
@@ -84,55 +80,4 @@ func (j *Job) Sweep(ctx context.Context, gen, since, high int64) (flush.Report, 
 	}
 	return flush.Sweep(ctx, j.rows, j.totals, flush.SweepOptions{Gen: gen, Since: since, High: high,
 		WritesPerSec: j.cfg.FlushWritesPerSec, Registerer: j.cfg.Registerer, Logger: j.log})
-}
-
-// savepointDir returns where savepoint id is kept.
-func (j *Job) savepointDir(id int64) string {
-	return filepath.Join(j.cfg.DataDir, "savepoints", "sp-"+strconv.FormatInt(id, 10))
-}
-
-// keepSavepoint copies a completed checkpoint into the savepoints folder
-// (hard links where possible: checkpoint files are never modified).
-func (j *Job) keepSavepoint(id int64) (string, error) {
-	dst := j.savepointDir(id)
-	if err := os.RemoveAll(dst); err != nil {
-		return "", fmt.Errorf("runtime: savepoint %d: %w", id, err)
-	}
-	if err := copyTree(j.ckpts.path(id), dst); err != nil {
-		return "", fmt.Errorf("runtime: savepoint %d: %w", id, err)
-	}
-	return dst, nil
-}
-
-func copyTree(src, dst string) error {
-	return filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		t := filepath.Join(dst, rel)
-		if fi.IsDir() {
-			return os.MkdirAll(t, 0o755)
-		}
-		if os.Link(p, t) == nil {
-			return nil
-		}
-		in, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := os.Create(t)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
-			return err
-		}
-		return out.Close()
-	})
 }

@@ -39,9 +39,37 @@ type Dedup struct {
 	seed     maphash.Seed
 	loaded   [KeyGroups]bool
 	filters  map[filterKey]*filter
-	maxCount int // the most ids any filter has held, to size new ones
+	maxCount [KeyGroups]int // the most ids a filter of each key group has held, to size new ones
+	// recent caches filters by (kg, bucket mod ringSize) in front of the
+	// map: a slice index instead of a map lookup on the hot path.
+	recent [KeyGroups]*[ringSize]ringSlot
 
 	inserted, duplicates int64
+}
+
+const ringSize = 256 // minutes; covers the 2 h horizon with room
+
+type ringSlot struct {
+	bucket int64
+	f      *filter
+}
+
+// lookupFilter returns the filter of (kg, bucket), or nil.
+func (d *Dedup) lookupFilter(kg int, bucket int64) *filter {
+	r := d.recent[kg]
+	if r == nil {
+		r = new([ringSize]ringSlot)
+		d.recent[kg] = r
+	}
+	slot := &r[uint64(bucket)%ringSize]
+	if slot.f != nil && slot.bucket == bucket {
+		return slot.f
+	}
+	f := d.filters[filterKey{kg, bucket}]
+	if f != nil {
+		*slot = ringSlot{bucket, f}
+	}
+	return f
 }
 
 type filterKey struct {
@@ -57,9 +85,13 @@ func (db *DB) NewDedup() *Dedup {
 // minFilterCapacity is the smallest filter, in ids.
 const minFilterCapacity = 256
 
-func (d *Dedup) newFilter(want int) *filter {
-	c := max(want, d.maxCount+d.maxCount/2, minFilterCapacity)
-	return newFilter(c)
+// newFilter returns a filter for key group kg sized for at least want ids
+// and for 1.5 times the largest filter kg has had (buckets of one key group
+// hold similar numbers of ids; sizing per key group keeps a hot key group
+// from inflating the others).
+func (d *Dedup) newFilter(kg, want int) *filter {
+	m := d.maxCount[kg]
+	return newFilter(max(want, m+m/2, minFilterCapacity))
 }
 
 // load builds the filters of key group kg from the committed DB. It runs on
@@ -93,7 +125,7 @@ func (d *Dedup) load(kg int) error {
 		for _, h := range hs {
 			f.add(h)
 		}
-		d.maxCount = max(d.maxCount, f.count())
+		d.maxCount[kg] = max(d.maxCount[kg], f.count())
 	}
 	d.loaded[kg] = true
 	return nil
@@ -127,7 +159,7 @@ func (d *Dedup) Insert(kg int, id string, expiryMs int64) (inserted bool, err er
 	if err := d.db.enter(); err != nil {
 		return false, err
 	}
-	defer d.db.closeMu.RUnlock()
+	defer d.db.gate.leave()
 	if !d.loaded[kg] {
 		if err := d.load(kg); err != nil {
 			return false, err
@@ -139,8 +171,7 @@ func (d *Dedup) Insert(kg int, id string, expiryMs int64) (inserted bool, err er
 	bucket := bucketOf(expiryMs)
 	d.key = append(d.appendKey(d.key[:0], kg, bucket), id...)
 	h := maphash.String(d.seed, id)
-	fk := filterKey{kg, bucket}
-	f := d.filters[fk]
+	f := d.lookupFilter(kg, bucket)
 	if f != nil && f.mayContain(h) {
 		_, closer, err := d.batch.Get(d.key)
 		switch {
@@ -156,12 +187,13 @@ func (d *Dedup) Insert(kg int, id string, expiryMs int64) (inserted bool, err er
 		return false, fmt.Errorf("state: dedup insert: %w", err)
 	}
 	if f == nil {
-		f = d.newFilter(0)
-		d.filters[fk] = f
+		f = d.newFilter(kg, 0)
+		d.filters[filterKey{kg, bucket}] = f
+		d.recent[kg][uint64(bucket)%ringSize] = ringSlot{bucket, f}
 	}
 	f.add(h)
-	if f.n > d.maxCount {
-		d.maxCount = f.n
+	if f.n > d.maxCount[kg] {
+		d.maxCount[kg] = f.n
 	}
 	d.inserted++
 	if d.expiredKnown[kg] && bucket < d.expiredTo[kg] {
@@ -186,7 +218,7 @@ func (d *Dedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 	if err := d.db.enter(); err != nil {
 		return err
 	}
-	defer d.db.closeMu.RUnlock()
+	defer d.db.gate.leave()
 	end := bucketOf(beforeMs) // buckets b < end end at or before beforeMs
 	if err := d.commitLocked(); err != nil {
 		return err
@@ -216,6 +248,15 @@ func (d *Dedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 			delete(d.filters, fk)
 		}
 	}
+	for kg := kgFrom; kg < kgTo; kg++ {
+		if r := d.recent[kg]; r != nil {
+			for i := range r {
+				if r[i].f != nil && r[i].bucket < end {
+					r[i] = ringSlot{}
+				}
+			}
+		}
+	}
 	return nil
 }
 
@@ -225,7 +266,7 @@ func (d *Dedup) Commit() error {
 	if err := d.db.enter(); err != nil {
 		return err
 	}
-	defer d.db.closeMu.RUnlock()
+	defer d.db.gate.leave()
 	return d.commitLocked()
 }
 

@@ -20,9 +20,12 @@ var ErrClosed = errors.New("state: db closed")
 
 // Options configure a DB. The zero value gives the defaults.
 type Options struct {
-	// CacheSize is Pebble's block cache in bytes. Default 64 MiB.
+	// CacheSize is Pebble's block cache in bytes, on top of the memtables
+	// (Pebble charges those to the same cache; Open adds them). Default
+	// 64 MiB.
 	CacheSize int64
-	// MemTableSize is the size of one memtable in bytes. Default 32 MiB.
+	// MemTableSize is the size of one memtable in bytes. Default 64 MiB (at
+	// most two exist at once: the one being written and one being flushed).
 	MemTableSize uint64
 	// MaxCompactions is the most compactions Pebble runs at once. Default 2
 	// (one per core of a two-core machine).
@@ -35,7 +38,7 @@ type Options struct {
 // Defaults.
 const (
 	DefaultCacheSize       = 64 << 20
-	DefaultMemTableSize    = 32 << 20
+	DefaultMemTableSize    = 64 << 20
 	DefaultMaxCompactions  = 2
 	DefaultDedupBatchBytes = 1 << 20
 )
@@ -60,16 +63,17 @@ type DB struct {
 	db   *pebble.DB
 	opts Options
 
-	// closeMu is held shared by every operation and exclusively by Close.
-	closeMu sync.RWMutex
-	closed  bool
+	gate gate
 }
 
 // Open opens (creating if needed) the state DB in dir, with the write-ahead
 // log disabled.
 func Open(dir string, o Options) (*DB, error) {
 	o.ensureDefaults()
-	cache := pebble.NewCache(o.CacheSize)
+	// Pebble charges its memtables (the one being written and one being
+	// flushed) to the block cache; add them so that CacheSize stays for
+	// blocks.
+	cache := pebble.NewCache(o.CacheSize + 2*int64(o.MemTableSize))
 	defer cache.Unref()
 	maxc := o.MaxCompactions
 	po := &pebble.Options{
@@ -92,29 +96,19 @@ func Open(dir string, o Options) (*DB, error) {
 	return &DB{db: db, opts: o}, nil
 }
 
-// Close closes the DB. Uncommitted Dedup inserts are lost. Later calls of any
-// method return ErrClosed.
+// Close waits for running calls and closes the DB. Uncommitted Dedup
+// inserts are lost. Later calls of any method return ErrClosed.
 func (db *DB) Close() error {
-	db.closeMu.Lock()
-	defer db.closeMu.Unlock()
-	if db.closed {
-		return ErrClosed
+	if err := db.gate.close(); err != nil {
+		return err
 	}
-	db.closed = true
 	if err := db.db.Close(); err != nil {
 		return fmt.Errorf("state: close: %w", err)
 	}
 	return nil
 }
 
-func (db *DB) enter() error {
-	db.closeMu.RLock()
-	if db.closed {
-		db.closeMu.RUnlock()
-		return ErrClosed
-	}
-	return nil
-}
+func (db *DB) enter() error { return db.gate.enter() }
 
 // Checkpoint writes a consistent copy of the DB into dir, which must not
 // exist. It flushes the memtable first (the WAL is off, so unflushed data
@@ -125,7 +119,7 @@ func (db *DB) Checkpoint(dir string) error {
 	if err := db.enter(); err != nil {
 		return err
 	}
-	defer db.closeMu.RUnlock()
+	defer db.gate.leave()
 	if err := db.db.Flush(); err != nil {
 		return fmt.Errorf("state: checkpoint flush: %w", err)
 	}
@@ -198,7 +192,7 @@ func (db *DB) SizeBytes() int64 {
 	if db.enter() != nil {
 		return 0
 	}
-	defer db.closeMu.RUnlock()
+	defer db.gate.leave()
 	return int64(db.db.Metrics().DiskSpaceUsage())
 }
 
@@ -235,7 +229,7 @@ func (db *DB) PutBlob(op string, kg int, val []byte) error {
 	if err := db.enter(); err != nil {
 		return err
 	}
-	defer db.closeMu.RUnlock()
+	defer db.gate.leave()
 	if err := db.db.Set(binary.BigEndian.AppendUint16(p, uint16(kg)), val, pebble.NoSync); err != nil {
 		return fmt.Errorf("state: put blob %s/%d: %w", op, kg, err)
 	}
@@ -252,7 +246,7 @@ func (db *DB) Blobs(op string, fn func(kg int, val []byte) error) error {
 	if err := db.enter(); err != nil {
 		return err
 	}
-	defer db.closeMu.RUnlock()
+	defer db.gate.leave()
 	iter, err := db.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
 		return fmt.Errorf("state: blobs %s: %w", op, err)
@@ -285,7 +279,7 @@ func (db *DB) DeleteBlobs(op string) error {
 	if err := db.enter(); err != nil {
 		return err
 	}
-	defer db.closeMu.RUnlock()
+	defer db.gate.leave()
 	if err := db.db.DeleteRange(p, prefixEnd(p), pebble.NoSync); err != nil {
 		return fmt.Errorf("state: delete blobs %s: %w", op, err)
 	}
@@ -315,4 +309,53 @@ func (quietLogger) Errorf(format string, args ...any) {
 }
 func (quietLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf("state: pebble fatal: "+format, args...))
+}
+
+// gate lets operations run until Close, and lets Close wait for the running
+// ones. Unlike a read-write mutex it allows an operation's callback to start
+// another operation while Close is waiting: that one fails with ErrClosed
+// instead of deadlocking.
+type gate struct {
+	mu     sync.Mutex
+	idle   sync.Cond
+	active int
+	closed bool
+}
+
+// enter admits an operation; the caller must call leave if it returns nil.
+func (g *gate) enter() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return ErrClosed
+	}
+	g.active++
+	return nil
+}
+
+func (g *gate) leave() {
+	g.mu.Lock()
+	g.active--
+	if g.active == 0 && g.closed {
+		g.idle.Broadcast()
+	}
+	g.mu.Unlock()
+}
+
+// close refuses new operations and waits for the running ones. It returns
+// ErrClosed if the gate was already closed.
+func (g *gate) close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return ErrClosed
+	}
+	g.closed = true
+	if g.idle.L == nil {
+		g.idle.L = &g.mu
+	}
+	for g.active > 0 {
+		g.idle.Wait()
+	}
+	return nil
 }

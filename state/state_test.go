@@ -58,16 +58,19 @@ func TestDedupDetectsDuplicatesAcrossCommit(t *testing.T) {
 	}
 	mustInsert(t, d, 5, "c1", exp, false) // committed
 	mustInsert(t, d, 5, "c2", exp, false)
-	// A second handle sees committed ids.
-	d2 := db.NewDedup()
-	mustInsert(t, d2, 5, "c1", exp, false)
-	mustInsert(t, d2, 5, "c3", exp, true)
-	// Uncommitted inserts of d2 are invisible to d until committed.
-	mustInsert(t, d, 5, "c3", exp, true)
+	mustInsert(t, d, 5, "c1", exp+BucketMs, true) // another expiry bucket
 	ins, dup := d.Count()
 	if ins != 4 || dup != 3 {
 		t.Fatalf("Count() = %d, %d, want 4, 3", ins, dup)
 	}
+	// A new handle (a subtask after a rescale) sees the committed ids.
+	if err := d.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	d2 := db.NewDedup()
+	mustInsert(t, d2, 5, "c1", exp, false)
+	mustInsert(t, d2, 6, "c1", exp, false)
+	mustInsert(t, d2, 5, "c3", exp, true)
 }
 
 func TestDedupAutoCommit(t *testing.T) {

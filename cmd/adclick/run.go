@@ -69,6 +69,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	adminToken := fs.String("admin-token", "", "bearer token of the operator endpoints (savepoints, sweeps, stop); required unless --listen is a loopback address")
 	readToken := fs.String("read-token", "", "if set, the read endpoints need this bearer token (or the admin token)")
 	fs.IntVar(&cfg.Parallelism, "parallelism", 0, "pre-aggregator and window subtasks (default: number of CPUs, at most 128)")
+	checkpointsURL := fs.String("checkpoints", "", "keep checkpoints and savepoints in s3://BUCKET/PREFIX (incremental, manifest last) instead of under --data; a restart with an empty --data restores from there")
 	fs.StringVar(&cfg.FromSavepoint, "from-savepoint", "", "start from this savepoint (a path, or an id under --data/savepoints) instead of the latest checkpoint: blue/green, rescaling, upgrades")
 	fs.Int64Var(&cfg.JobGen, "job-gen", 1, "job generation (job_gen) of this version; raise it for each blue/green deployment")
 	fs.Int64Var(&cfg.AllowanceMs, "allowance-ms", 5000, "out-of-orderness allowance: watermark = max event time - allowance - 1 ms")
@@ -119,6 +120,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Registerer = reg
 	cfg.Logger = log
 	cfg.Crash = func() { os.Exit(137) }
+	if *checkpointsURL != "" {
+		if cfg.Checkpoints, err = openCheckpoints(ctx, *checkpointsURL, reg); err != nil {
+			return err
+		}
+	}
 	rows, totals, closeSinks, err := sf.open(ctx, reg)
 	if err != nil {
 		return err

@@ -22,6 +22,7 @@ func cmdSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Lookup("sink").DefValue = ""
 	sf.sink = ""
 	stream := fs.String("stream", "", "Kinesis stream to create if missing")
+	bucket := fs.String("checkpoints", "", "s3://BUCKET/PREFIX: create the bucket if missing")
 	shards := fs.Int("shards", 4, "shards of a new stream")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -30,8 +31,14 @@ func cmdSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if !isDynamo && *stream == "" {
-		return usageError{fmt.Errorf("nothing to set up: pass --sink dynamodb:TABLE and/or --stream STREAM")}
+	if !isDynamo && *stream == "" && *bucket == "" {
+		return usageError{fmt.Errorf("nothing to set up: pass --sink dynamodb:TABLE, --stream STREAM and/or --checkpoints s3://BUCKET/PREFIX")}
+	}
+	if *bucket != "" {
+		if err := ensureBucket(ctx, *bucket); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "bucket for %s ready\n", *bucket)
 	}
 	if *stream != "" {
 		api, err := newKinesisClient(ctx)

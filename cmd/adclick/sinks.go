@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -10,8 +11,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/sink/dynamo"
 	"github.com/adclick/adclick/sink/valkey"
@@ -109,6 +113,40 @@ func dumpSorted(ctx context.Context, rows sink.Rows, emit func(sink.Item) error)
 		if err := emit(it); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+func openCheckpoints(ctx context.Context, url string, reg prometheus.Registerer) (ckptstore.Store, error) {
+	cfg, err := loadAWS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st, err := ckptstore.OpenURL(cfg, url, ckptstore.Options{Registerer: reg})
+	if err != nil {
+		return nil, fmt.Errorf("--checkpoints %s: %w", url, err)
+	}
+	return st, nil
+}
+
+// ensureBucket creates the bucket of an s3:// URL if it does not exist.
+func ensureBucket(ctx context.Context, url string) error {
+	bucket, _, err := ckptstore.ParseURL(url)
+	if err != nil {
+		return usageError{err}
+	}
+	cfg, err := loadAWS(ctx)
+	if err != nil {
+		return err
+	}
+	c := ckptstore.NewS3Client(cfg)
+	if _, err := c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(bucket)}); err == nil {
+		return nil
+	}
+	_, err = c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)})
+	var owned *s3types.BucketAlreadyOwnedByYou
+	if err != nil && !errors.As(err, &owned) {
+		return fmt.Errorf("create bucket %s: %w", bucket, err)
 	}
 	return nil
 }

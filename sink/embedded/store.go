@@ -28,7 +28,9 @@ var ErrClosed = errors.New("embedded: store closed")
 type Options struct {
 	// Registerer receives the store's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
-	// CacheSize is Pebble's block cache in bytes. Default 16 MiB.
+	// CacheSize is Pebble's block cache in bytes, on top of the memtables
+	// (Pebble charges those to the same cache; Open adds them). Default
+	// 16 MiB.
 	CacheSize int64
 	// MemTableSize is Pebble's memtable size in bytes. Default 8 MiB.
 	MemTableSize uint64
@@ -54,9 +56,7 @@ type Store struct {
 	seed    maphash.Seed
 	locks   [lockStripes]sync.Mutex
 
-	// closeMu is held shared by every operation and exclusively by Close.
-	closeMu sync.RWMutex
-	closed  bool
+	gate gate
 
 	// indexSteps counts index iterator steps (for tests of QueryIndex cost).
 	indexSteps atomic.Int64
@@ -74,12 +74,16 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache := pebble.NewCache(o.CacheSize)
+	// Pebble charges its memtables (the one being written and one being
+	// flushed) to the block cache; add them so that CacheSize stays for
+	// blocks.
+	cache := pebble.NewCache(o.CacheSize + 2*int64(o.MemTableSize))
 	defer cache.Unref()
 	po := &pebble.Options{
-		Cache:        cache,
-		MemTableSize: o.MemTableSize,
-		Logger:       quietLogger{},
+		Cache:              cache,
+		MemTableSize:       o.MemTableSize,
+		Logger:             quietLogger{},
+		FormatMajorVersion: pebble.FormatNewest,
 	}
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
@@ -95,30 +99,21 @@ func Open(dir string, o Options) (*Store, error) {
 // Metrics returns the store's metrics.
 func (s *Store) Metrics() *Metrics { return s.metrics }
 
-// Close syncs and closes the store. Later calls return ErrClosed.
+// Close waits for running calls, syncs and closes the store. Later calls
+// return ErrClosed.
 func (s *Store) Close() error {
-	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
-	if s.closed {
-		return ErrClosed
+	if err := s.gate.close(); err != nil {
+		return err
 	}
-	s.closed = true
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("embedded: close: %w", err)
 	}
 	return nil
 }
 
-// enter guards an operation against a concurrent Close; the caller must call
-// s.closeMu.RUnlock when done (only if enter returned nil).
-func (s *Store) enter() error {
-	s.closeMu.RLock()
-	if s.closed {
-		s.closeMu.RUnlock()
-		return ErrClosed
-	}
-	return nil
-}
+// enter admits an operation unless the store is closed; the caller must
+// call s.gate.leave when done (only if enter returned nil).
+func (s *Store) enter() error { return s.gate.enter() }
 
 func (s *Store) lock(key []byte) *sync.Mutex {
 	mu := &s.locks[maphash.Bytes(s.seed, key)%lockStripes]
@@ -196,7 +191,7 @@ func (s *Store) Put(ctx context.Context, puts []sink.Put) (refused int, err erro
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.gate.leave()
 	wrote := false
 	for _, p := range puts {
 		if err := ctx.Err(); err != nil {
@@ -266,7 +261,7 @@ func (s *Store) PutFinal(ctx context.Context, puts []sink.FinalPut) (refused int
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.gate.leave()
 	wrote := false
 	for _, p := range puts {
 		if err := ctx.Err(); err != nil {
@@ -313,7 +308,7 @@ func (s *Store) Get(ctx context.Context, k sink.Key) (sink.Item, bool, error) {
 	if err := s.enter(); err != nil {
 		return sink.Item{}, false, err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.gate.leave()
 	it, ok, err := s.getItem(k, itemKey(k))
 	if !ok || err != nil {
 		return sink.Item{}, false, err
@@ -333,7 +328,7 @@ func (s *Store) QueryIndex(ctx context.Context, w sink.Writer, ix string, fn fun
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.gate.leave()
 	prefix := indexPrefix(w, ix)
 	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
@@ -394,7 +389,7 @@ func (s *Store) removeOrDelete(ctx context.Context, k sink.Key, w sink.Writer, c
 	if err := s.enter(); err != nil {
 		return false, false, err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.gate.leave()
 
 	ikey := itemKey(k)
 	mu := s.lock(ikey)
@@ -442,7 +437,7 @@ func (s *Store) ScanOrdered(ctx context.Context, fn func(sink.Item) error) error
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.closeMu.RUnlock()
+	defer s.gate.leave()
 	lower := []byte{prefixItem}
 	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
 	if err != nil {
@@ -484,4 +479,53 @@ func (quietLogger) Errorf(format string, args ...any) {
 }
 func (quietLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf("embedded: pebble fatal: "+format, args...))
+}
+
+// gate lets operations run until Close, and lets Close wait for the running
+// ones. Unlike a read-write mutex it allows an operation's callback to start
+// another operation while Close is waiting: that one fails with ErrClosed
+// instead of deadlocking.
+type gate struct {
+	mu     sync.Mutex
+	idle   sync.Cond
+	active int
+	closed bool
+}
+
+// enter admits an operation; the caller must call leave if it returns nil.
+func (g *gate) enter() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return ErrClosed
+	}
+	g.active++
+	return nil
+}
+
+func (g *gate) leave() {
+	g.mu.Lock()
+	g.active--
+	if g.active == 0 && g.closed {
+		g.idle.Broadcast()
+	}
+	g.mu.Unlock()
+}
+
+// close refuses new operations and waits for the running ones. It returns
+// ErrClosed if the gate was already closed.
+func (g *gate) close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return ErrClosed
+	}
+	g.closed = true
+	if g.idle.L == nil {
+		g.idle.L = &g.mu
+	}
+	for g.active > 0 {
+		g.idle.Wait()
+	}
+	return nil
 }
