@@ -1,4 +1,42 @@
-// Package api is the HTTP server of a running job: status, health,
-// readiness and Prometheus metrics (and, as it grows, the dashboard,
-// billing and operator endpoints), routed with chi.
+// Package api is the HTTP server of a running job, routed with chi: the
+// dashboards' running totals, billing's hour rows, the job's status, the
+// operator actions (savepoint, second sweep, stop), health, readiness,
+// Prometheus metrics and a self-contained status page.
+//
+// Endpoints (JSON unless stated; api/openapi.yaml has the details):
+//
+//	GET  /                              status page (HTML)
+//	GET  /healthz                       the process is up
+//	GET  /readyz                        restore and flush done, sources attached (503 otherwise)
+//	GET  /metrics                       Prometheus exposition
+//	GET  /v1/ads/{ad}/minutes?from=&to= running totals of the minutes starting in [from, to), ≤ 1,440
+//	GET  /v1/ads/{ad}/hours/{hour}      an hour row: fast, late, final, status open|provisional|final
+//	GET  /v1/hours/{hour}?cursor=&limit= every ad's row of an hour, in ad order, ≤ 1,000 a page
+//	GET  /v1/status                     watermark, data_complete_through, shards, last checkpoint
+//	GET  /v1/status/history             the sampled watermark and lag behind the page's chart
+//	GET  /v1/top-ads?limit=             ads by running total over the current minutes
+//	POST /v1/savepoints                 take a savepoint                        (operator)
+//	POST /v1/sweeps {gen, since, high}  second sweep after blue/green           (operator)
+//	POST /v1/stop {savepoint}           stop with a final checkpoint/savepoint  (operator)
+//
+// Times are accepted as RFC 3339 (2026-11-29T10:14:05Z), as a minute
+// (2026-11-29T10:14Z) or as an hour (2026-11-29T10Z), optionally with the
+// table's bucket prefix M or H; all are UTC unless an RFC 3339 offset says
+// otherwise. Answers give times as RFC 3339 UTC with milliseconds and as
+// Unix ms.
+//
+// Only an hour whose status is final (the recount wrote final_*) is
+// billable; open means the job watermark has not passed the hour's last
+// millisecond, provisional that it has but the recount has not run.
+//
+// Operator endpoints need "Authorization: Bearer <AdminToken>"; New refuses
+// to serve them without a token unless the server listens on loopback only.
+// Read endpoints are open unless Options.ReadToken is set. Errors are
+// {"error": {"code", "message"}} with a 4xx status for bad input (bad_time,
+// bad_ad, range_too_large, unknown_ad, bad_request, unauthorized,
+// body_too_large, ...). Request bodies are limited to MaxBodyBytes and every
+// answer is bounded (MaxMinutes, MaxPageLimit, MaxTopAds).
+//
+// A Server samples the job's status once a second for the chart, in a
+// goroutine that Close stops.
 package api

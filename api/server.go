@@ -1,48 +1,308 @@
 package api
 
 import (
-	"encoding/json"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/adclick/adclick/clock"
+	"github.com/adclick/adclick/flush"
 	"github.com/adclick/adclick/runtime"
+	"github.com/adclick/adclick/sink"
 )
 
-// StatusSource is what the server needs of the job.
-type StatusSource interface {
+// Job is what the server needs of a running job; *runtime.Job satisfies it.
+// Its methods must be safe for concurrent use.
+type Job interface {
+	// Status returns a snapshot of the job.
 	Status() runtime.Status
+	// Savepoint takes a savepoint and returns its metadata and path.
+	Savepoint(ctx context.Context) (runtime.Meta, string, error)
+	// Stop stops the job with a final checkpoint (and a savepoint of it if
+	// savepoint is set).
+	Stop(ctx context.Context, savepoint bool) (runtime.Meta, string, error)
+	// Sweep removes what generation gen wrote since savepoint since, up to
+	// epoch high (0 = the job's default).
+	Sweep(ctx context.Context, gen, since, high int64) (flush.Report, error)
+	// Rows returns the ad_metrics store.
+	Rows() sink.Rows
+	// Totals returns the running-total store; it may be nil.
+	Totals() sink.Totals
 }
 
-// New returns the HTTP handler for a job.
-func New(job StatusSource, reg prometheus.Gatherer) http.Handler {
+var _ Job = (*runtime.Job)(nil)
+
+// ConsumerLagger is implemented by a job that knows how far each shard's
+// reader is behind the tip of its stream (Kinesis MillisBehindLatest). The
+// status endpoint reports it per shard when the job implements it.
+type ConsumerLagger interface {
+	// ConsumerLagMs returns milliseconds behind the latest record, by shard id.
+	ConsumerLagMs() map[string]int64
+}
+
+// ErrNoAdminToken is returned by New when the operator endpoints would be
+// reachable from other machines without a token.
+var ErrNoAdminToken = errors.New("api: operator endpoints need an admin token when the server is not bound to loopback")
+
+// Limits of the API. Each bounds what one request can make the server hold
+// in memory or ask of the stores.
+const (
+	// MaxMinutes is the widest range of GET /v1/ads/{ad}/minutes.
+	MaxMinutes = 1440
+	// MaxPageLimit is the largest page of GET /v1/hours/{hour}.
+	MaxPageLimit = 1000
+	// DefaultPageLimit is the page size when limit is not given.
+	DefaultPageLimit = 100
+	// MaxBodyBytes is the largest request body accepted.
+	MaxBodyBytes = 4 << 10
+	// MaxAdBytes is the longest ad id accepted.
+	MaxAdBytes = 256
+	// MaxTopAds is the most ads GET /v1/top-ads returns.
+	MaxTopAds = 100
+)
+
+// Options configures a Server. The zero value serves read endpoints openly
+// and operator endpoints without a token only when Addr is loopback.
+type Options struct {
+	// Addr is the address the server listens on (host:port). It decides
+	// whether the operator endpoints may run without AdminToken: only on a
+	// loopback address (see IsLoopback). Empty counts as not loopback.
+	Addr string
+	// AdminToken is the bearer token of the operator endpoints (savepoints,
+	// sweeps, stop). It also opens the read endpoints. Empty: New refuses
+	// (ErrNoAdminToken) unless Addr is loopback or NoOperator is set.
+	AdminToken string
+	// ReadToken, if not empty, protects the read endpoints (/v1/ads, /v1/hours,
+	// /v1/status, /v1/top-ads): a request needs it or AdminToken. Default
+	// empty: read endpoints are open. /, /healthz, /readyz and /metrics are
+	// always open.
+	ReadToken string
+	// NoOperator turns the operator endpoints off; they answer 403.
+	NoOperator bool
+	// Registerer receives the server's HTTP metrics; nil = not registered.
+	Registerer prometheus.Registerer
+	// Gatherer is served at /metrics; nil = no /metrics endpoint.
+	Gatherer prometheus.Gatherer
+	// Logger logs operator actions; nil = slog.Default().
+	Logger *slog.Logger
+	// Clock stamps status samples; nil = the wall clock.
+	Clock clock.Clock
+	// SampleEvery is the interval of the status sampler behind the status
+	// page's chart. Default 1 s; negative = no sampler goroutine.
+	SampleEvery time.Duration
+	// HistorySize is the number of samples kept (default 900: 15 minutes at
+	// one a second).
+	HistorySize int
+	// OperatorTimeout bounds one operator action (default 5 minutes).
+	OperatorTimeout time.Duration
+	// TopKeys caps the running-total keys examined for GET /v1/top-ads
+	// (default 2,000); past it the answer is marked truncated.
+	TopKeys int
+	// TopCacheFor is how long a top-ads answer is reused (default 2 s).
+	TopCacheFor time.Duration
+}
+
+// EnsureDefaults fills in the defaults of unset fields.
+func (o *Options) EnsureDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.SampleEvery == 0 {
+		o.SampleEvery = time.Second
+	}
+	if o.HistorySize <= 0 {
+		o.HistorySize = 900
+	}
+	if o.OperatorTimeout <= 0 {
+		o.OperatorTimeout = 5 * time.Minute
+	}
+	if o.TopKeys <= 0 {
+		o.TopKeys = 2000
+	}
+	if o.TopCacheFor == 0 {
+		o.TopCacheFor = 2 * time.Second
+	}
+}
+
+// IsLoopback reports whether addr (host:port, or a bare host) names only
+// loopback interfaces: 127.0.0.0/8, ::1 or "localhost". An empty host
+// (":8080") listens on every interface and is not loopback.
+func IsLoopback(addr string) bool {
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// CheckOperatorAccess reports ErrNoAdminToken when a server listening on
+// addr would expose operator endpoints without a token. Call it before
+// listening to fail early with a clear message.
+func CheckOperatorAccess(addr, adminToken string) error {
+	if adminToken == "" && !IsLoopback(addr) {
+		return fmt.Errorf("%w (listen address %q): set ADCLICK_ADMIN_TOKEN, or listen on 127.0.0.1", ErrNoAdminToken, addr)
+	}
+	return nil
+}
+
+// Server is the HTTP API of a job. It is an http.Handler; Close stops its
+// status sampler. It is safe for concurrent use.
+type Server struct {
+	job     Job
+	opts    Options
+	h       http.Handler
+	m       *metrics
+	hist    *history
+	top     topCache
+	opsOpen bool // operator endpoints need no token (loopback, no token)
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// New returns the API server of job. Unless opts.SampleEvery is negative it
+// starts a goroutine that samples job.Status() into the status page's
+// history until Close.
+func New(job Job, opts Options) (*Server, error) {
+	opts.EnsureDefaults()
+	if !opts.NoOperator {
+		if err := CheckOperatorAccess(opts.Addr, opts.AdminToken); err != nil {
+			return nil, err
+		}
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{job: job, opts: opts, m: m, hist: newHistory(opts.HistorySize),
+		opsOpen: opts.AdminToken == ""}
+	s.h = s.routes()
+	s.sample()
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if opts.SampleEvery > 0 {
+		s.wg.Go(func() { s.sampleLoop(ctx) })
+	}
+	return s, nil
+}
+
+// ServeHTTP serves a request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.h.ServeHTTP(w, r) }
+
+// Close stops the status sampler and waits for it. It does not close the
+// job. It is safe to call more than once.
+func (s *Server) Close() error {
+	s.once.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+	})
+	return nil
+}
+
+func (s *Server) sampleLoop(ctx context.Context) {
+	t := time.NewTicker(s.opts.SampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.sample()
+		}
+	}
+}
+
+// sample records one status sample.
+func (s *Server) sample() {
+	st := s.job.Status()
+	s.hist.add(sampleOf(s.opts.Clock.NowMs(), st))
+}
+
+// Route patterns, also the route label of the HTTP metrics.
+const (
+	routePage      = "/"
+	routeHealth    = "/healthz"
+	routeReady     = "/readyz"
+	routeMetrics   = "/metrics"
+	routeMinutes   = "/v1/ads/{ad}/minutes"
+	routeAdHour    = "/v1/ads/{ad}/hours/{hour}"
+	routeHour      = "/v1/hours/{hour}"
+	routeStatus    = "/v1/status"
+	routeHistory   = "/v1/status/history"
+	routeTop       = "/v1/top-ads"
+	routeSavepoint = "/v1/savepoints"
+	routeSweep     = "/v1/sweeps"
+	routeStop      = "/v1/stop"
+	routeOpenAPI   = "/v1/openapi.yaml"
+	routeOther     = "other"
+)
+
+var allRoutes = []string{routePage, routeHealth, routeReady, routeMetrics, routeMinutes, routeAdHour,
+	routeHour, routeStatus, routeHistory, routeTop, routeSavepoint, routeSweep, routeStop, routeOpenAPI, routeOther}
+
+func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	r.Use(s.instrument)
+	r.Get(routePage, s.page)
+	r.Get(routeHealth, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	r.Get("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if s := job.Status(); !s.Ready || s.Done {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
-	r.Get("/v1/status", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, job.Status())
-	})
-	if reg != nil {
-		r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	r.Get(routeReady, s.ready)
+	if s.opts.Gatherer != nil {
+		r.Handle(routeMetrics, promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	}
-	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found"})
+	r.Get(routeOpenAPI, serveOpenAPI)
+	r.Group(func(r chi.Router) {
+		r.Use(s.requireRead)
+		r.Get(routeMinutes, s.minutes)
+		r.Get(routeAdHour, s.adHour)
+		r.Get(routeHour, s.hour)
+		r.Get(routeStatus, s.status)
+		r.Get(routeHistory, s.history)
+		r.Get(routeTop, s.topAds)
+	})
+	r.Group(func(r chi.Router) {
+		r.Use(s.requireAdmin)
+		r.Post(routeSavepoint, s.savepoint)
+		r.Post(routeSweep, s.sweep)
+		r.Post(routeStop, s.stop)
+	})
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errorf(http.StatusNotFound, codeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errorf(http.StatusMethodNotAllowed, codeMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path))
 	})
 	return r
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v)
+func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
+	st := s.job.Status()
+	switch {
+	case st.Done:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "done", "reason": "the job has stopped"})
+	case !st.Ready:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "restore and flush not finished, or sources not attached"})
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
 }

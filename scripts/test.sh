@@ -26,8 +26,9 @@
 #   ADCLICK_TEST_NO_VET=1      skip go vet
 #   ADCLICK_TEST_READY_SECS=N  readiness timeout per server (default 60)
 #
-# Needs: Go, Node.js >= 20 with npm. redis-server is installed with apt-get
-# when it is missing; the npm servers are installed with `npm ci` from
+# Needs: Go, Node.js >= 20 with npm. redis-server, promtool (Debian's
+# prometheus package) and chromium are installed with apt-get when missing;
+# the npm servers are installed with `npm ci` from
 # scripts/servers/package-lock.json when node_modules is out of date.
 # shellcheck disable=SC2317 # functions run from traps look unreachable
 set -euo pipefail
@@ -170,6 +171,20 @@ if ! command -v redis-server >/dev/null 2>&1; then
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server
 	command -v redis-server >/dev/null 2>&1 || die "redis-server is still not on PATH after apt-get install"
+fi
+
+# promtool (from Debian's prometheus package) checks the alert rules;
+# headless chromium renders the status page in the api package's
+# integration test.
+apt_missing=()
+command -v promtool >/dev/null 2>&1 || apt_missing+=(prometheus)
+[ -x /usr/bin/chromium ] || apt_missing+=(chromium)
+if [ "${#apt_missing[@]}" -gt 0 ]; then
+	step "installing ${apt_missing[*]} (apt-get)"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${apt_missing[@]}"
+	command -v promtool >/dev/null 2>&1 || die "promtool is still not on PATH after apt-get install prometheus"
+	[ -x /usr/bin/chromium ] || die "/usr/bin/chromium is still missing after apt-get install chromium"
 fi
 
 # npm ci wipes and reinstalls node_modules; skip it when the stamp written by
@@ -339,6 +354,9 @@ fi
 # ---------------------------------------------------------------------------
 # Vet and test
 # ---------------------------------------------------------------------------
+step "promtool check rules deploy/prometheus/*.yml"
+promtool check rules "$ROOT"/deploy/prometheus/*.yml
+
 if [ "${ADCLICK_TEST_NO_VET:-0}" != 1 ]; then
 	step "go vet -tags integration ${PKGS[*]}"
 	go vet -tags integration "${PKGS[@]}"

@@ -164,6 +164,7 @@ func (m *Minutes) Advance(wm int64, emit func(Row)) {
 	}
 	m.wm = wm
 	var touched []hourKey
+	seen := make(map[hourKey]struct{})
 	for len(m.starts) > 0 && m.starts[0]+m.windowMs-1 <= wm {
 		start := m.starts[0]
 		m.starts = m.starts[1:]
@@ -185,7 +186,8 @@ func (m *Minutes) Advance(wm int64, emit func(Row)) {
 			h.nOpen--
 			h.closed.count += a.count
 			h.closed.spend += a.spend
-			if !slices.Contains(touched, hk) {
+			if _, ok := seen[hk]; !ok {
+				seen[hk] = struct{}{}
 				touched = append(touched, hk)
 			}
 			m.dirtyMin[minuteKey{ad, start}] = struct{}{}

@@ -73,7 +73,7 @@ func TestMinutesHourRollUp(t *testing.T) {
 		t.Fatal("hour totals dropped while the hour is not complete")
 	}
 	rows = collect(m, h0+60*mn-1)
-	want = []Row{{Ad: "a", StartMs: h0 + 59*mn, Valid: 7, SpendMicros: 70}, {Ad: "a", StartMs: h0, Hour: true, Valid: 13, SpendMicros: 130}}
+	want = []Row{{Ad: "a", StartMs: h0 + 59*mn, Valid: 7, SpendMicros: 70, RunValid: 7, RunSpend: 70}, {Ad: "a", StartMs: h0, Hour: true, Valid: 13, SpendMicros: 130, RunValid: 13, RunSpend: 130}}
 	if !slices.Equal(rows, want) {
 		t.Fatalf("got %v\nwant %v", rows, want)
 	}

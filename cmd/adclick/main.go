@@ -27,6 +27,13 @@ Usage:
   adclick setup [flags]   create the DynamoDB table (and other AWS resources)
   adclick put   [flags]   put a click file into a Kinesis stream
   adclick bench [flags]   measure the pipeline against this machine's limit
+  adclick savepoint       take a savepoint of the running job (HTTP API)
+  adclick stop            stop the running job with a final checkpoint (API)
+  adclick sweep           second sweep after blue/green: remove an old
+                          generation's writes since a savepoint (API)
+  adclick status          print the running job's status (API)
+  adclick recount         make hours final: recount them from the lake
+  adclick reconcile       compare fast + late with the recount, per ad/hour
   adclick help            this text
 
 Every flag can also be set with an environment variable: --data is
@@ -58,6 +65,18 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		err = cmdRows(ctx, args[1:], stdout, stderr)
 	case "setup":
 		err = cmdSetup(ctx, args[1:], stdout, stderr)
+	case "savepoint":
+		err = cmdSavepoint(ctx, args[1:], stdout, stderr)
+	case "stop":
+		err = cmdStop(ctx, args[1:], stdout, stderr)
+	case "sweep":
+		err = cmdSweep(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = cmdStatus(ctx, args[1:], stdout, stderr)
+	case "recount":
+		err = cmdRecount(ctx, args[1:], stdout, stderr)
+	case "reconcile":
+		err = cmdReconcile(ctx, args[1:], stdout, stderr)
 	case "put":
 		err = cmdPut(ctx, args[1:], stdout, stderr)
 	case "bench":

@@ -148,6 +148,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer job.Close()
 	var srv *http.Server
 	if *listen != "" {
+		if err := api.CheckOperatorAccess(*listen, *adminToken); err != nil {
+			return err
+		}
 		ln, err := net.Listen("tcp", *listen)
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", *listen, err)

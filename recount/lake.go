@@ -1,0 +1,434 @@
+package recount
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/adclick/adclick/latepath"
+)
+
+// HourMs is one hour in ms.
+const HourMs = 3_600_000
+
+// Row is one row of the lake: a latepath.Record with its event hour and
+// checkpoint epoch. Its struct tags are the Parquet schema (see SchemaDoc);
+// column names are stable: external tables depend on them.
+type Row struct {
+	Verdict      string `parquet:"verdict,dict"`     // counted, late, duplicate, beyond_horizon or invalid:<reason>
+	ClickID      string `parquet:"click_id"`         // as decoded ("" if absent)
+	AdID         string `parquet:"ad_id,dict"`       //
+	CampaignID   string `parquet:"campaign_id,dict"` //
+	DeviceID     string `parquet:"device_id"`        //
+	ImpressionMs int64  `parquet:"impression_ms"`    // Unix ms
+	DeviceMs     int64  `parquet:"device_ms"`        // raw device time, Unix ms
+	EventMs      int64  `parquet:"event_ms"`         // clamped event time, Unix ms (0 for an invalid click)
+	ArrivalMs    int64  `parquet:"arrival_ms"`       // Unix ms
+	SpendMicros  int64  `parquet:"spend_micros"`     // millionths of the currency unit
+	Shard        string `parquet:"shard,dict"`       // source shard
+	Seq          string `parquet:"seq"`              // source position ("" when the source has none)
+	Raw          string `parquet:"raw"`              // payload of an undecodable click, at most latepath.MaxRaw bytes
+	EventHourMs  int64  `parquet:"event_hour_ms"`    // the partition's hour start, Unix ms
+	Epoch        int64  `parquet:"epoch"`            // checkpoint epoch of the record
+}
+
+// SchemaDoc documents the lake's Parquet schema, one column a line.
+const SchemaDoc = `verdict        BYTE_ARRAY (STRING, dictionary)  counted | late | duplicate | beyond_horizon | invalid:<reason>
+click_id       BYTE_ARRAY (STRING)
+ad_id          BYTE_ARRAY (STRING, dictionary)
+campaign_id    BYTE_ARRAY (STRING, dictionary)
+device_id      BYTE_ARRAY (STRING)
+impression_ms  INT64   Unix ms
+device_ms      INT64   Unix ms, the raw device time
+event_ms       INT64   Unix ms, clamp(device, impression, arrival); 0 when invalid
+arrival_ms     INT64   Unix ms
+spend_micros   INT64
+shard          BYTE_ARRAY (STRING, dictionary)
+seq            BYTE_ARRAY (STRING)  source position, "" if none
+raw            BYTE_ARRAY (STRING)  payload of an undecodable click, else ""
+event_hour_ms  INT64   Unix ms, start of the partition's hour
+epoch          INT64   checkpoint epoch
+All columns are required (not null). Partitions: hour=YYYY-MM-DDTHH (UTC).`
+
+// FromRecord returns the row of r in epoch.
+func FromRecord(r *latepath.Record, epoch int64) Row {
+	raw := r.Raw
+	if len(raw) > latepath.MaxRaw {
+		raw = raw[:latepath.MaxRaw]
+	}
+	return Row{Verdict: r.Verdict, ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, DeviceID: r.DeviceID,
+		ImpressionMs: r.ImpressionMs, DeviceMs: r.DeviceMs, EventMs: r.EventMs, ArrivalMs: r.ArrivalMs,
+		SpendMicros: r.SpendMicros, Shard: r.Shard, Seq: r.Seq, Raw: raw, EventHourMs: PartitionHour(r), Epoch: epoch}
+}
+
+// Record returns the row as a latepath.Record.
+func (r *Row) Record() latepath.Record {
+	return latepath.Record{Verdict: r.Verdict, ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, DeviceID: r.DeviceID,
+		ImpressionMs: r.ImpressionMs, DeviceMs: r.DeviceMs, EventMs: r.EventMs, ArrivalMs: r.ArrivalMs,
+		SpendMicros: r.SpendMicros, Shard: r.Shard, Seq: r.Seq, Raw: r.Raw}
+}
+
+// maxHourMs is the start of the last hour of year 9999, the last a
+// partition name can spell.
+const maxHourMs = 253_402_297_200_000
+
+// PartitionHour returns the start (Unix ms) of the hour partition of r: its
+// event hour when it has an event time (a click judged by the stream), its
+// arrival hour otherwise (an invalid click), and 0 when neither is in
+// (0, year 9999].
+func PartitionHour(r *latepath.Record) int64 {
+	t := r.EventMs
+	if t <= 0 || strings.HasPrefix(r.Verdict, latepath.InvalidPrefix) {
+		t = r.ArrivalMs
+	}
+	if t <= 0 || t > maxHourMs {
+		return 0
+	}
+	return t - t%HourMs
+}
+
+// HourPrefix returns the key prefix of the hour starting at hourMs,
+// "hour=2026-11-29T10/".
+func HourPrefix(hourMs int64) string {
+	return "hour=" + time.UnixMilli(hourMs).UTC().Format("2006-01-02T15") + "/"
+}
+
+// ParseHour parses "2026-11-29T10", "2026-11-29T10Z" or an hour bucket
+// "H2026-11-29T10Z" into the hour's start, Unix ms.
+func ParseHour(s string) (int64, error) {
+	v := strings.TrimSuffix(strings.TrimPrefix(s, "H"), "Z")
+	t, err := time.Parse("2006-01-02T15", v)
+	if err != nil {
+		return 0, fmt.Errorf("recount: bad hour %q: want like 2026-11-29T10Z", s)
+	}
+	return t.UnixMilli(), nil
+}
+
+// FormatHour returns the hour starting at hourMs as "2026-11-29T10Z".
+func FormatHour(hourMs int64) string {
+	return time.UnixMilli(hourMs).UTC().Format("2006-01-02T15Z")
+}
+
+// ObjectKey returns the key of the object of (hour, part, epoch).
+func ObjectKey(hourMs int64, part string, epoch int64) string {
+	return HourPrefix(hourMs) + "part-" + part + "-e" + epochString(epoch) + ".parquet"
+}
+
+const manifestRoot = "_epochs/"
+
+func epochString(epoch int64) string { return fmt.Sprintf("%012d", epoch) }
+
+func manifestKey(epoch int64, part string) string {
+	return manifestRoot + "e" + epochString(epoch) + "/" + part
+}
+
+// validPart reports whether part is a usable writer name.
+func validPart(part string) error {
+	if part == "" || len(part) > 64 {
+		return fmt.Errorf("recount: bad part name %q", part)
+	}
+	for i := 0; i < len(part); i++ {
+		c := part[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("recount: bad part name %q", part)
+		}
+	}
+	return nil
+}
+
+// Writer writes one runtime writer's part of the lake. Add buffers in
+// memory; Flush writes the buffered records as one object per hour. It is
+// not safe for concurrent use: each runtime writer (pre-aggregator subtask,
+// source) owns one.
+type Writer struct {
+	store   Store
+	part    string
+	hours   map[int64][]Row
+	n       int
+	pw      *parquet.GenericWriter[Row]
+	buf     bytes.Buffer
+	written int64
+	bytes   int64
+}
+
+// NewWriter returns a writer of part (letters, digits, '-', '_'; for
+// example "preagg-3" or "source") to store.
+func NewWriter(store Store, part string) (*Writer, error) {
+	if err := validPart(part); err != nil {
+		return nil, err
+	}
+	return &Writer{store: store, part: part, hours: make(map[int64][]Row)}, nil
+}
+
+// writerOptions are the Parquet writer settings of the lake: Snappy pages,
+// page statistics, one row group per object.
+func writerOptions() []parquet.WriterOption {
+	return []parquet.WriterOption{parquet.Compression(&parquet.Snappy), parquet.CreatedBy("adclick", "", "")}
+}
+
+// Add buffers r (its strings are kept, not copied). The epoch is given at
+// Flush.
+func (w *Writer) Add(r *latepath.Record) {
+	row := FromRecord(r, 0)
+	w.hours[row.EventHourMs] = append(w.hours[row.EventHourMs], row)
+	w.n++
+}
+
+// Buffered returns the number of records added since the last Flush.
+func (w *Writer) Buffered() int { return w.n }
+
+// Written returns the rows and bytes written by Flush so far.
+func (w *Writer) Written() (rows, bytes int64) { return w.written, w.bytes }
+
+// Flush writes the buffered records, all of checkpoint epoch epoch (the
+// id of the last barrier passed before them, or the restored checkpoint id),
+// as one object per hour, and forgets them. It first writes the epoch's
+// manifest (see RemoveEpochs). The runtime calls it at each barrier before
+// acknowledging it; when it returns nil the objects are durable. With
+// nothing buffered it writes nothing. On error the records stay buffered.
+func (w *Writer) Flush(ctx context.Context, epoch int64) error {
+	if w.n == 0 {
+		return nil
+	}
+	hours := make([]int64, 0, len(w.hours))
+	for h := range w.hours {
+		hours = append(hours, h)
+	}
+	slices.Sort(hours)
+	var man strings.Builder
+	for _, h := range hours {
+		man.WriteString(ObjectKey(h, w.part, epoch))
+		man.WriteByte('\n')
+	}
+	if err := w.store.Put(ctx, manifestKey(epoch, w.part), []byte(man.String())); err != nil {
+		return fmt.Errorf("recount: flush epoch %d: %w", epoch, err)
+	}
+	for _, h := range hours {
+		rows := w.hours[h]
+		for i := range rows {
+			rows[i].Epoch = epoch
+		}
+		data, err := w.encode(rows)
+		if err != nil {
+			return fmt.Errorf("recount: flush epoch %d: %w", epoch, err)
+		}
+		if err := w.store.Put(ctx, ObjectKey(h, w.part, epoch), data); err != nil {
+			return fmt.Errorf("recount: flush epoch %d: %w", epoch, err)
+		}
+		w.written += int64(len(rows))
+		w.bytes += int64(len(data))
+	}
+	// Keep the per-hour slices' memory for the next epoch, but drop the
+	// strings they reference.
+	for h, rows := range w.hours {
+		clear(rows)
+		if cap(rows) > 1<<16 {
+			delete(w.hours, h)
+			continue
+		}
+		w.hours[h] = rows[:0]
+	}
+	if len(w.hours) > 64 {
+		clear(w.hours)
+	}
+	w.n = 0
+	return nil
+}
+
+// encode returns rows as one Parquet file. The returned slice is valid until
+// the next call.
+func (w *Writer) encode(rows []Row) ([]byte, error) {
+	w.buf.Reset()
+	if w.pw == nil {
+		w.pw = parquet.NewGenericWriter[Row](&w.buf, writerOptions()...)
+	} else {
+		w.pw.Reset(&w.buf)
+	}
+	if _, err := w.pw.Write(rows); err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	if err := w.pw.Close(); err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	return w.buf.Bytes(), nil
+}
+
+// EncodeRows returns rows as one Parquet object of the lake's schema (for
+// tools and tests that build lake objects directly).
+func EncodeRows(rows []Row) ([]byte, error) {
+	var w Writer
+	b, err := w.encode(rows)
+	if err != nil {
+		return nil, fmt.Errorf("recount: %w", err)
+	}
+	return b, nil
+}
+
+// RemoveEpochs removes every lake object of epochs ≥ from, as listed by the
+// epochs' manifests, then the manifests. The flush after a restore from
+// checkpoint c calls it with from = c before any new output. It is
+// idempotent: a second call after a failure finishes the work. It returns
+// the number of objects removed.
+func RemoveEpochs(ctx context.Context, store Store, from int64) (int, error) {
+	start := ""
+	if from > 0 {
+		start = manifestRoot + "e" + epochString(from-1) + "/~"
+	}
+	var mans []string
+	err := store.List(ctx, manifestRoot, start, func(key string) error {
+		e, ok := manifestEpoch(key)
+		if ok && e >= from {
+			mans = append(mans, key)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("recount: remove epochs ≥ %d: %w", from, err)
+	}
+	n := 0
+	for _, m := range mans {
+		b, err := store.Get(ctx, m)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("recount: remove epochs ≥ %d: %w", from, err)
+		}
+		for _, k := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if k == "" || !strings.HasPrefix(k, "hour=") {
+				continue
+			}
+			if err := store.Delete(ctx, k); err != nil {
+				return n, fmt.Errorf("recount: remove epochs ≥ %d: %w", from, err)
+			}
+			n++
+		}
+		if err := store.Delete(ctx, m); err != nil {
+			return n, fmt.Errorf("recount: remove epochs ≥ %d: %w", from, err)
+		}
+	}
+	return n, nil
+}
+
+// manifestEpoch parses the epoch of "_epochs/e<epoch>/<part>".
+func manifestEpoch(key string) (int64, bool) {
+	rest, ok := strings.CutPrefix(key, manifestRoot+"e")
+	if !ok {
+		return 0, false
+	}
+	num, _, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, false
+	}
+	e, err := strconv.ParseInt(num, 10, 64)
+	return e, err == nil
+}
+
+// objectEpoch parses the epoch of an object key made by ObjectKey.
+func objectEpoch(key string) (int64, bool) {
+	base := key[strings.LastIndexByte(key, '/')+1:]
+	base, ok := strings.CutSuffix(base, ".parquet")
+	if !ok {
+		return 0, false
+	}
+	i := strings.LastIndex(base, "-e")
+	if i < 0 {
+		return 0, false
+	}
+	e, err := strconv.ParseInt(base[i+2:], 10, 64)
+	return e, err == nil
+}
+
+// ReadHour calls fn for every row of the hour starting at hourMs, object by
+// object in key order. The row passed to fn is reused: copy what is kept
+// (its strings are safe to keep).
+func ReadHour(ctx context.Context, store Store, hourMs int64, fn func(*Row) error) error {
+	var keys []string
+	err := store.List(ctx, HourPrefix(hourMs), "", func(key string) error {
+		if strings.HasSuffix(key, ".parquet") {
+			keys = append(keys, key)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recount: read hour %s: %w", FormatHour(hourMs), err)
+	}
+	rows := make([]Row, 1024)
+	for _, k := range keys {
+		b, err := store.Get(ctx, k)
+		if errors.Is(err, ErrNotFound) {
+			continue // removed since the listing
+		}
+		if err != nil {
+			return fmt.Errorf("recount: read hour %s: %w", FormatHour(hourMs), err)
+		}
+		if err := readObject(b, rows, fn); err != nil {
+			return fmt.Errorf("recount: read %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+func readObject(b []byte, rows []Row, fn func(*Row) error) error {
+	r := parquet.NewGenericReader[Row](bytes.NewReader(b))
+	defer r.Close()
+	for {
+		n, err := r.Read(rows)
+		for i := 0; i < n; i++ {
+			if ferr := fn(&rows[i]); ferr != nil {
+				return ferr
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+}
+
+// Hours calls fn with the start of every hour partition in store from
+// fromMs on, ascending. It costs one listing request per hour.
+func Hours(ctx context.Context, store Store, fromMs int64, fn func(hourMs int64) error) error {
+	start := ""
+	if fromMs > 0 {
+		start = HourPrefix(fromMs)[:len(HourPrefix(fromMs))-1] // "hour=…T10": every key of that hour sorts after it
+	}
+	for {
+		var key string
+		err := store.List(ctx, "hour=", start, func(k string) error {
+			key = k
+			return ErrStopList
+		})
+		if err != nil {
+			return fmt.Errorf("recount: list hours: %w", err)
+		}
+		if key == "" {
+			return nil
+		}
+		dir := key[:strings.IndexByte(key, '/')+1]
+		h, err := ParseHour(strings.TrimSuffix(strings.TrimPrefix(dir, "hour="), "/"))
+		if err != nil {
+			return err
+		}
+		if err := fn(h); err != nil {
+			if errors.Is(err, ErrStopList) {
+				return nil
+			}
+			return err
+		}
+		start = dir + "~"
+	}
+}

@@ -1,0 +1,541 @@
+package recount
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/adclick/adclick/latepath"
+	"github.com/adclick/adclick/sink"
+)
+
+// Options configures Run. Zero fields take the defaults noted.
+type Options struct {
+	Store Store     // the lake; required
+	Rows  sink.Rows // the ad_metrics rows; required
+	// Hours are the starts (Unix ms, whole hours) of the hours to recount.
+	Hours []int64
+	// Gen is the recount's generation, written as final_gen: a row's final
+	// attributes are replaced only by a generation at least as new.
+	Gen int64
+	// NowMs is written as final_at, Unix ms; 0 = the wall clock.
+	NowMs int64
+	// Watermark returns the job watermark (Unix ms) of the last completed
+	// checkpoint: everything the job read before it is in the lake. Required
+	// unless Force.
+	Watermark func(ctx context.Context) (int64, error)
+	// Force recounts hours that are not final yet.
+	Force bool
+	// Judge sets the horizon and allowance (defaults 2 h, 5 s).
+	Judge Judge
+	// MarginMs is added to hour end + horizon before an hour counts as
+	// final; default 600,000 (10 min).
+	MarginMs int64
+	// NoWrite reconciles without writing final_* (adclick reconcile).
+	NoWrite bool
+	// MaxLoggedIDs bounds the click ids kept and logged per (ad, hour) for
+	// A and for B; default 20.
+	MaxLoggedIDs int
+	// Logger receives one line per hour and per unbalanced or non-zero
+	// A/B (ad, hour); nil = discard.
+	Logger *slog.Logger
+	// Progress, if set, is called as rows are read (every 65,536 rows and at
+	// the end of each hour).
+	Progress func(Progress)
+	// Metrics, if set, are updated.
+	Metrics *Metrics
+}
+
+// Progress reports how far Run is.
+type Progress struct {
+	HourMs     int64 // the hour being recounted
+	HoursDone  int   // hours finished
+	HoursTotal int
+	Rows       int64 // lake rows read so far (all hours)
+}
+
+func (o *Options) ensureDefaults() {
+	o.Judge.ensureDefaults()
+	if o.MarginMs <= 0 {
+		o.MarginMs = 600_000
+	}
+	if o.MaxLoggedIDs <= 0 {
+		o.MaxLoggedIDs = 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.Store == nil {
+		errs = append(errs, errors.New("a lake store is required"))
+	}
+	if o.Rows == nil {
+		errs = append(errs, errors.New("a row store is required"))
+	}
+	if o.Watermark == nil && !o.Force {
+		errs = append(errs, errors.New("a job watermark is required unless forced"))
+	}
+	for _, h := range o.Hours {
+		if h%HourMs != 0 {
+			errs = append(errs, fmt.Errorf("hour %d ms is not the start of an hour", h))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("recount: options: %w", err)
+	}
+	return nil
+}
+
+// ReadyAt returns the job watermark (Unix ms) from which the hour starting
+// at hourMs is final: hour end + horizon + margin. A click of the hour that
+// the batch accepts arrived before hour end + horizon + allowance + 1 ms, and
+// once the watermark has passed that every shard has been read past it.
+func ReadyAt(hourMs, horizonMs, marginMs int64) int64 {
+	return hourMs + HourMs + horizonMs + marginMs
+}
+
+// NotFinalError is the refusal of an hour that is not final yet.
+type NotFinalError struct {
+	HourMs, WatermarkMs, ReadyAtMs int64
+	HorizonMs, MarginMs            int64
+}
+
+func (e *NotFinalError) Error() string {
+	wm := "none yet"
+	if e.WatermarkMs > 0 {
+		wm = time.UnixMilli(e.WatermarkMs).UTC().Format(time.RFC3339)
+	}
+	toGo := ""
+	if e.WatermarkMs > 0 {
+		toGo = fmt.Sprintf(" (%s to go)", time.Duration(e.ReadyAtMs-e.WatermarkMs)*time.Millisecond)
+	}
+	return fmt.Sprintf("recount: hour %s is not final yet: the job watermark (%s) has not passed hour end + horizon %s + margin %s = %s%s; clicks of the hour can still arrive; use --force to recount it anyway",
+		FormatHour(e.HourMs), wm, time.Duration(e.HorizonMs)*time.Millisecond, time.Duration(e.MarginMs)*time.Millisecond,
+		time.UnixMilli(e.ReadyAtMs).UTC().Format(time.RFC3339), toGo)
+}
+
+// ErrRefused is wrapped by Run's error when some final_* writes were
+// refused because a newer generation had already written them.
+var ErrRefused = errors.New("recount: final writes refused: a newer generation already finalised these rows")
+
+// HourResult is the outcome of one hour.
+type HourResult struct {
+	HourMs int64  `json:"hour_ms"`
+	Hour   string `json:"hour"`
+	// Status: "final" (final_* written), "checked" (NoWrite), "not_final"
+	// (refused: see Reason).
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+	Forced bool   `json:"forced,omitempty"`
+	Gen    int64  `json:"gen"`
+	// Rows is the number of lake rows of the hour's partition.
+	Rows int64 `json:"rows"`
+	// Accepted is the number of clicks the recount counts in the hour.
+	Accepted int64 `json:"accepted"`
+	// Rejected counts the partition's rows the recount does not count, by
+	// reason: invalid, beyond_horizon, duplicate (a copy of a click id
+	// whose earliest copy was chosen).
+	Rejected map[string]int64 `json:"rejected"`
+	// Refused counts final_* writes refused (a newer generation had won).
+	Refused  int        `json:"refused_writes"`
+	Balanced bool       `json:"balanced"`
+	Ads      []AdResult `json:"ads"`
+}
+
+// AdResult is the reconciliation of one (ad, hour).
+//
+// Fast and Late come from the hour row (what the stream wrote); Final is the
+// recount. A and B compare the lake's verdicts with the recount, click id by
+// click id: let S be the multiset of the hour's lake rows of the ad whose
+// verdict is counted or late (what the stream counted), and R the set of
+// click ids the recount accepts for the (ad, hour). Each id of R is matched
+// with at most one row of S with the same id; A is the unmatched rows of S
+// (counted by the stream, rejected by the recount, or counted twice by it),
+// B the unmatched ids of R (accepted by the recount, while the stream's
+// verdict was duplicate, beyond_horizon or invalid, or its counted copy lies
+// in another hour). So Final = |S| − A + B exactly.
+//
+// When the rows hold what the verdicts say, Fast + Late = |S| and the check
+// Final = Fast + Late − A + B holds. Unexplained = Final − (Fast + Late − A +
+// B) = |S| − (Fast + Late) is what the rows lack (a write refused by its
+// condition, a window lost in a crash, a missing flush; positive) or hold
+// beyond the verdicts (negative); it cannot be traced to click ids from
+// aggregate rows, so it is reported as a number. Balanced means Unexplained
+// is 0 for clicks and for spend.
+type AdResult struct {
+	Ad               string   `json:"ad"`
+	Fast             int64    `json:"fast"`
+	Late             int64    `json:"late"`
+	Final            int64    `json:"final"`
+	A                int64    `json:"a"`
+	B                int64    `json:"b"`
+	Unexplained      int64    `json:"unexplained"`
+	FastSpend        int64    `json:"fast_spend_micros"`
+	LateSpend        int64    `json:"late_spend_micros"`
+	FinalSpend       int64    `json:"final_spend_micros"`
+	ASpend           int64    `json:"a_spend_micros"`
+	BSpend           int64    `json:"b_spend_micros"`
+	UnexplainedSpend int64    `json:"unexplained_spend_micros"`
+	Balanced         bool     `json:"balanced"`
+	AIDs             []string `json:"a_click_ids,omitempty"`
+	BIDs             []string `json:"b_click_ids,omitempty"`
+}
+
+// cand is an accepted copy of a click id.
+type cand struct {
+	arrival int64
+	shard   string
+	seq     string
+	event   int64
+	ad      string
+	spend   int64
+}
+
+func candCmp(a, b *cand) int {
+	return cmp.Or(cmp.Compare(a.arrival, b.arrival), cmp.Compare(a.shard, b.shard), cmp.Compare(a.seq, b.seq),
+		cmp.Compare(a.event, b.event), cmp.Compare(a.ad, b.ad), cmp.Compare(a.spend, b.spend))
+}
+
+// partition is what the recount keeps of one hour's partition.
+type partition struct {
+	hourMs   int64
+	rows     int64
+	best     map[string]cand // earliest accepted copy per click id
+	copies   int64           // accepted copies beyond the first per id
+	invalid  int64
+	beyond   int64
+	misfiled int64
+	// stream: the rows the stream counted (counted or late), by ad; only
+	// kept for the hours being recounted.
+	stream map[string][]streamRow
+}
+
+type streamRow struct {
+	id    string
+	spend int64
+}
+
+type runner struct {
+	o       *Options
+	targets map[int64]bool
+	cache   map[int64]*partition
+	rows    int64
+	done    int
+	total   int
+}
+
+// Run recounts each hour of o.Hours (ascending): it refuses an hour that is
+// not final yet (unless o.Force), reads the hour's partition and its
+// neighbours (for copies of a click id whose event times fall in different
+// hours), judges every row with Judge, de-duplicates by click id (the
+// earliest accepted copy wins, wherever it lies), counts the accepted clicks
+// and spend per ad, writes final_* with PutFinal (unless o.NoWrite) and
+// reconciles each (ad, hour) with its row. It returns one result per hour;
+// the error joins every refusal (*NotFinalError, ErrRefused) and stops at
+// the first failure of the stores.
+func Run(ctx context.Context, o Options) ([]HourResult, error) {
+	o.ensureDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	hours := slices.Clone(o.Hours)
+	slices.Sort(hours)
+	hours = slices.Compact(hours)
+	wm := int64(0)
+	if o.Watermark != nil {
+		var err error
+		if wm, err = o.Watermark(ctx); err != nil {
+			return nil, fmt.Errorf("recount: job watermark: %w", err)
+		}
+	}
+	r := &runner{o: &o, cache: map[int64]*partition{}, total: len(hours), targets: map[int64]bool{}}
+	for _, h := range hours {
+		r.targets[h] = true
+	}
+	var results []HourResult
+	var errs []error
+	for _, h := range hours {
+		ready := ReadyAt(h, o.Judge.HorizonMs, o.MarginMs)
+		if o.Watermark == nil || wm < ready {
+			if !o.Force {
+				nf := &NotFinalError{HourMs: h, WatermarkMs: wm, ReadyAtMs: ready, HorizonMs: o.Judge.HorizonMs, MarginMs: o.MarginMs}
+				results = append(results, HourResult{HourMs: h, Hour: FormatHour(h), Status: "not_final", Reason: nf.Error(), Gen: o.Gen})
+				errs = append(errs, nf)
+				o.Logger.Warn("recount refused", "hour", FormatHour(h), "reason", nf.Error())
+				if o.Metrics != nil {
+					o.Metrics.hours.WithLabelValues("not_final").Inc()
+				}
+				r.done++
+				continue
+			}
+		}
+		res, err := r.hour(ctx, h)
+		if err != nil {
+			return results, err
+		}
+		res.Forced = o.Watermark == nil || wm < ready
+		if res.Refused > 0 {
+			errs = append(errs, fmt.Errorf("hour %s: %d rows: %w", res.Hour, res.Refused, ErrRefused))
+		}
+		results = append(results, res)
+		r.done++
+	}
+	return results, errors.Join(errs...)
+}
+
+// span is how many hours apart two accepted copies of a click id (same
+// impression) can lie: their event times are within horizon + allowance +
+// 1 ms of the impression.
+func (r *runner) span() int64 {
+	return (r.o.Judge.HorizonMs + r.o.Judge.AllowanceMs + 1 + HourMs - 1) / HourMs
+}
+
+func (r *runner) hour(ctx context.Context, h int64) (HourResult, error) {
+	o := r.o
+	span := r.span()
+	for k := range r.cache {
+		if k < h-span*HourMs {
+			delete(r.cache, k)
+		}
+	}
+	target, err := r.load(ctx, h, true)
+	if err != nil {
+		return HourResult{}, err
+	}
+	var neigh []*partition
+	for d := -span; d <= span; d++ {
+		if d == 0 {
+			continue
+		}
+		p, err := r.load(ctx, h+d*HourMs, false)
+		if err != nil {
+			return HourResult{}, err
+		}
+		if len(p.best) > 0 {
+			neigh = append(neigh, p)
+		}
+	}
+	res := HourResult{HourMs: h, Hour: FormatHour(h), Status: "final", Gen: o.Gen, Rows: target.rows,
+		Rejected: map[string]int64{"invalid": target.invalid, "beyond_horizon": target.beyond, "duplicate": target.copies}}
+	if o.NoWrite {
+		res.Status = "checked"
+	}
+	// The recount's clicks of the hour: ids whose earliest copy anywhere in
+	// the window lies in this hour.
+	type acc struct {
+		ids   map[string]int64 // id → spend
+		spend int64
+	}
+	accepted := map[string]*acc{}
+	for id, c := range target.best {
+		w := c
+		for _, p := range neigh {
+			if n, ok := p.best[id]; ok && candCmp(&n, &w) < 0 {
+				w = n
+			}
+		}
+		if w.event-floorMod(w.event, HourMs) != h {
+			res.Rejected["duplicate"]++ // its earliest copy is counted in another hour
+			continue
+		}
+		a := accepted[w.ad]
+		if a == nil {
+			a = &acc{ids: map[string]int64{}}
+			accepted[w.ad] = a
+		}
+		a.ids[id] = w.spend
+		a.spend += w.spend
+		res.Accepted++
+	}
+	ads := make([]string, 0, len(accepted)+len(target.stream))
+	for ad := range accepted {
+		ads = append(ads, ad)
+	}
+	for ad := range target.stream {
+		if _, ok := accepted[ad]; !ok {
+			ads = append(ads, ad)
+		}
+	}
+	slices.Sort(ads)
+	bucket := sink.HourBucket(h)
+	now := o.NowMs
+	if now == 0 {
+		now = time.Now().UnixMilli()
+	}
+	var puts []sink.FinalPut
+	res.Balanced = true
+	for _, ad := range ads {
+		ar := AdResult{Ad: ad}
+		a := accepted[ad]
+		if a == nil {
+			a = &acc{ids: map[string]int64{}}
+		}
+		ar.Final, ar.FinalSpend = int64(len(a.ids)), a.spend
+		matched := make(map[string]bool, len(a.ids))
+		for _, s := range target.stream[ad] {
+			if _, ok := a.ids[s.id]; ok && !matched[s.id] {
+				matched[s.id] = true
+				continue
+			}
+			ar.A++
+			ar.ASpend += s.spend
+			if len(ar.AIDs) < o.MaxLoggedIDs {
+				ar.AIDs = append(ar.AIDs, s.id)
+			}
+		}
+		bids := make([]string, 0)
+		for id, sp := range a.ids {
+			if !matched[id] {
+				ar.B++
+				ar.BSpend += sp
+				bids = append(bids, id)
+			}
+		}
+		slices.Sort(bids)
+		if len(bids) > o.MaxLoggedIDs {
+			bids = bids[:o.MaxLoggedIDs]
+		}
+		if len(bids) > 0 {
+			ar.BIDs = bids
+		}
+		slices.Sort(ar.AIDs)
+		it, ok, err := o.Rows.Get(ctx, sink.Key{Entity: ad, Bucket: bucket})
+		if err != nil {
+			return res, fmt.Errorf("recount: read row %s/%s: %w", ad, bucket, err)
+		}
+		if ok {
+			if it.Fast.Present {
+				ar.Fast, ar.FastSpend = it.Fast.Valid, it.Fast.SpendMicros
+			}
+			if it.Late.Present {
+				ar.Late, ar.LateSpend = it.Late.Valid, it.Late.SpendMicros
+			}
+		}
+		ar.Unexplained = ar.Final - (ar.Fast + ar.Late - ar.A + ar.B)
+		ar.UnexplainedSpend = ar.FinalSpend - (ar.FastSpend + ar.LateSpend - ar.ASpend + ar.BSpend)
+		ar.Balanced = ar.Unexplained == 0 && ar.UnexplainedSpend == 0
+		if !ar.Balanced {
+			res.Balanced = false
+		}
+		if ar.A != 0 || ar.B != 0 || !ar.Balanced {
+			o.Logger.Warn("reconcile", "hour", res.Hour, "ad", ad, "fast", ar.Fast, "late", ar.Late, "final", ar.Final,
+				"a", ar.A, "b", ar.B, "unexplained", ar.Unexplained, "unexplained_spend_micros", ar.UnexplainedSpend,
+				"a_click_ids", ar.AIDs, "b_click_ids", ar.BIDs)
+		}
+		res.Ads = append(res.Ads, ar)
+		puts = append(puts, sink.FinalPut{Key: sink.Key{Entity: ad, Bucket: bucket}, Valid: ar.Final, SpendMicros: ar.FinalSpend, Gen: o.Gen, AtMs: now})
+	}
+	if !o.NoWrite && len(puts) > 0 {
+		refused, err := o.Rows.PutFinal(ctx, puts)
+		if err != nil {
+			return res, fmt.Errorf("recount: write final rows of %s: %w", res.Hour, err)
+		}
+		res.Refused = refused
+	}
+	if target.misfiled > 0 {
+		o.Logger.Warn("recount: rows whose recomputed event hour differs from their partition", "hour", res.Hour, "rows", target.misfiled)
+	}
+	o.Logger.Info("recount", "hour", res.Hour, "status", res.Status, "gen", o.Gen, "rows", res.Rows, "accepted", res.Accepted,
+		"ads", len(res.Ads), "balanced", res.Balanced, "refused_writes", res.Refused)
+	r.report(ctx, &res)
+	if o.Progress != nil {
+		o.Progress(Progress{HourMs: h, HoursDone: r.done + 1, HoursTotal: r.total, Rows: r.rows})
+	}
+	return res, nil
+}
+
+func (r *runner) report(_ context.Context, res *HourResult) {
+	m := r.o.Metrics
+	if m == nil {
+		return
+	}
+	m.hours.WithLabelValues(res.Status).Inc()
+	m.lastHour.Set(float64(res.HourMs))
+	if res.Refused > 0 {
+		m.refused.Add(float64(res.Refused))
+	}
+	var fast, late, final, a, b, un, unb int64
+	for _, ar := range res.Ads {
+		fast += ar.Fast
+		late += ar.Late
+		final += ar.Final
+		a += ar.A
+		b += ar.B
+		un += ar.Unexplained
+		if !ar.Balanced {
+			unb++
+		}
+	}
+	for k, v := range map[string]int64{"fast": fast, "late": late, "final": final, "a": a, "b": b, "unexplained": un} {
+		m.reconcile.WithLabelValues(k).Set(float64(v))
+	}
+	m.unbalanced.Set(float64(unb))
+}
+
+// load reads (or returns from the cache) the partition of hour h; with
+// stream it also keeps the rows the stream counted.
+func (r *runner) load(ctx context.Context, h int64, stream bool) (*partition, error) {
+	if p, ok := r.cache[h]; ok && (!stream || p.stream != nil) {
+		return p, nil
+	}
+	stream = stream || r.targets[h]
+	p := &partition{hourMs: h, best: map[string]cand{}}
+	if stream {
+		p.stream = map[string][]streamRow{}
+	}
+	j := &r.o.Judge
+	err := ReadHour(ctx, r.o.Store, h, func(row *Row) error {
+		p.rows++
+		r.rows++
+		if r.o.Progress != nil && r.rows%65536 == 0 {
+			r.o.Progress(Progress{HourMs: h, HoursDone: r.done, HoursTotal: r.total, Rows: r.rows})
+		}
+		if stream && (row.Verdict == latepath.VerdictCounted || row.Verdict == latepath.VerdictLate) {
+			p.stream[row.AdID] = append(p.stream[row.AdID], streamRow{id: row.ClickID, spend: row.SpendMicros})
+		}
+		c, out, _ := j.Decide(row)
+		switch out {
+		case Invalid:
+			p.invalid++
+			return nil
+		case BeyondHorizon:
+			p.beyond++
+			return nil
+		}
+		if c.EventMs-floorMod(c.EventMs, HourMs) != h {
+			p.misfiled++
+		}
+		n := cand{arrival: c.ArrivalMs, shard: c.Shard, seq: row.Seq, event: c.EventMs, ad: c.AdID, spend: c.SpendMicros}
+		if old, ok := p.best[c.ClickID]; ok {
+			p.copies++
+			if candCmp(&n, &old) >= 0 {
+				return nil
+			}
+		}
+		p.best[c.ClickID] = n
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.o.Metrics != nil {
+		r.o.Metrics.rowsRead.Add(float64(p.rows))
+	}
+	r.cache[h] = p
+	return p, nil
+}
+
+func floorMod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
