@@ -17,6 +17,7 @@ import (
 	"github.com/adclick/adclick/clock"
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kinesis"
+	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/windowing"
 )
@@ -82,6 +83,12 @@ type Config struct {
 	// mark; nil keeps them under DataDir (embedded mode). AWS mode passes
 	// an S3 store.
 	Checkpoints ckptstore.Store
+
+	// Lake stores every click with its verdict (Parquet, by event hour and
+	// epoch) for the recount; nil keeps it under DataDir/lake.
+	Lake recount.Store
+	// Recount finalises hours in the background as they become ready.
+	Recount bool
 
 	// Rows and Totals are the sinks; nil selects the embedded store under
 	// DataDir/store.

@@ -13,6 +13,7 @@ import (
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/latepath"
 	"github.com/adclick/adclick/preagg"
+	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/windowing"
 )
 
@@ -31,7 +32,8 @@ type driver struct {
 	lastCkpt   int64 // processing time the last checkpoint completed (or the job started)
 	records    int64
 	invalid    int64
-	log        *exlog
+	lake       *recount.Writer
+	lakeEpoch  int64
 	lastRecord int64 // processing time of the last record (real-time sources)
 	forgotten  int64 // epochs below this are forgotten by the totals store
 	rec        latepath.Record
@@ -40,11 +42,12 @@ type driver struct {
 
 func newDriver(j *Job, src source) *driver {
 	return &driver{
-		j:       j,
-		src:     src,
-		wms:     ingest.NewWatermarks(ingest.WatermarkOptions{AllowanceMs: j.cfg.AllowanceMs, IntervalMs: j.cfg.WatermarkIntervalMs, IdleMs: j.cfg.IdleMs}),
-		batches: make([][]ingest.Click, len(j.pres)),
-		log:     newExlog(j.cfg.DataDir, "source", j.c),
+		j:         j,
+		src:       src,
+		wms:       ingest.NewWatermarks(ingest.WatermarkOptions{AllowanceMs: j.cfg.AllowanceMs, IntervalMs: j.cfg.WatermarkIntervalMs, IdleMs: j.cfg.IdleMs}),
+		batches:   make([][]ingest.Click, len(j.pres)),
+		lake:      j.sourceLake,
+		lakeEpoch: j.c,
 	}
 }
 
@@ -182,7 +185,8 @@ func (d *driver) consume(ctx context.Context, r record, virtual bool) error {
 		if r.bad != "" || reason == ingest.ReasonMalformedJSON || reason == ingest.ReasonNotObject {
 			rec.Raw = string(r.line)
 		}
-		return d.log.write(rec)
+		d.lake.Add(rec)
+		return nil
 	}
 	d.wms.Observe(c.Shard, c.EventMs, d.procMs)
 	o := windowing.Owner(windowing.KeyGroup(c.ClickID), len(d.batches))
@@ -327,7 +331,7 @@ func (d *driver) drain(ctx context.Context) error {
 	if err := d.broadcast(ctx, toPre{kind: mEnd, procMs: d.procMs}); err != nil {
 		return err
 	}
-	return d.log.close()
+	return d.lake.Flush(ctx, d.lakeEpoch)
 }
 
 // checkpoint takes aligned checkpoint n: record n as the epoch high-water
@@ -353,9 +357,10 @@ func (d *driver) checkpointAs(ctx context.Context, procMs int64, final, savepoin
 		return Meta{}, "", err
 	}
 	positions := d.src.positions()
-	if err := d.log.barrier(id); err != nil {
+	if err := d.lake.Flush(ctx, d.lakeEpoch); err != nil {
 		return Meta{}, "", err
 	}
+	d.lakeEpoch = id
 	b := &barrier{id: id, final: final, resume: make(chan struct{})}
 	defer close(b.resume)
 	if err := d.broadcast(ctx, toPre{kind: mBarrier, barrier: b, procMs: procMs}); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/latepath"
 	"github.com/adclick/adclick/preagg"
+	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/sink/embedded"
 	"github.com/adclick/adclick/state"
@@ -42,22 +43,24 @@ type Status struct {
 
 // Job is a running adclick job on one machine.
 type Job struct {
-	cfg      Config
-	log      *slog.Logger
-	m        *metrics
-	st       *state.DB
-	store    *embedded.Store // when the embedded sinks are used
-	rows     sink.Rows
-	totals   sink.Totals
-	ckpts    *checkpoints
-	restored Meta
-	c        int64
-	nextID   int64
-	pres     []*preSub
-	wins     []*winSub
-	acks     chan ack
-	ctl      chan ctlReq
-	done     chan struct{}
+	cfg        Config
+	log        *slog.Logger
+	m          *metrics
+	st         *state.DB
+	store      *embedded.Store // when the embedded sinks are used
+	rows       sink.Rows
+	totals     sink.Totals
+	ckpts      *checkpoints
+	restored   Meta
+	c          int64
+	nextID     int64
+	lake       recount.Store
+	sourceLake *recount.Writer
+	pres       []*preSub
+	wins       []*winSub
+	acks       chan ack
+	ctl        chan ctlReq
+	done       chan struct{}
 
 	restoreMs int64
 	ckptCount int64
@@ -133,6 +136,13 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		j.restored = meta
 		j.c = meta.ID
 	}
+	j.lake = cfg.Lake
+	if j.lake == nil {
+		if j.lake, err = recount.NewFolder(filepath.Join(cfg.DataDir, "lake")); err != nil {
+			j.Close()
+			return nil, err
+		}
+	}
 	if err := j.build(); err != nil {
 		j.Close()
 		return nil, err
@@ -158,10 +168,12 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		}
 		rep = &r
 	}
-	removed, err := removeExlogEpochs(cfg.DataDir, j.c)
+	// The lake is a writer like the others: objects of epochs ≥ c hold
+	// verdicts the restored run has not made.
+	removed, err := recount.RemoveEpochs(ctx, j.lake, j.c)
 	if err != nil {
 		j.Close()
-		return nil, err
+		return nil, fmt.Errorf("runtime: clean the lake after restoring checkpoint %d: %w", j.c, err)
 	}
 	// Checkpoint ids never go down: continue after anything an earlier run
 	// may have used; a savepoint start continues at its id + 1.
@@ -178,7 +190,7 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	j.restoreMs = d.Milliseconds()
 	if found || wrote {
 		j.log.Info("restored", "checkpoint", j.c, "found", found, "epoch_high", high,
-			"exception_epochs_removed", removed, "duration", d.Round(time.Millisecond))
+			"lake_objects_removed", removed, "duration", d.Round(time.Millisecond))
 	}
 	j.status = Status{JobGen: cfg.JobGen, Parallelism: cfg.Parallelism, Source: cfg.Source, Restored: j.c,
 		WatermarkMs: preagg.NoWatermark, Flush: rep}
@@ -210,6 +222,10 @@ func (j *Job) build() error {
 		}
 		j.wins = append(j.wins, w)
 	}
+	var err error
+	if j.sourceLake, err = recount.NewWriter(j.lake, "source"); err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
 	for i := 0; i < p; i++ {
 		from, to := windowing.Range(i, p)
 		var d preagg.Dedup
@@ -223,8 +239,12 @@ func (j *Job) build() error {
 		if err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
+		lw, err := recount.NewWriter(j.lake, "preagg-"+strconv.Itoa(i))
+		if err != nil {
+			return fmt.Errorf("runtime: %w", err)
+		}
 		j.pres = append(j.pres, &preSub{idx: i, pa: pa, dedup: dd, in: make(chan toPre, j.cfg.ChannelCapacity), outs: wins,
-			acks: j.acks, log: newExlog(j.cfg.DataDir, "preagg-"+strconv.Itoa(i), j.c), par: p, late: make([][]lateClick, p), m: j.m})
+			acks: j.acks, lake: lw, epoch: j.c, par: p, late: make([][]lateClick, p), m: j.m})
 	}
 	return nil
 }
@@ -371,6 +391,26 @@ func (j *Job) Run(ctx context.Context) error {
 		})
 	}
 	defer close(j.done)
+	if j.cfg.Recount {
+		f, err := recount.NewFinalizer(recount.FinalizerOptions{Recount: recount.Options{
+			Store: j.lake, Rows: j.rows, Gen: j.cfg.JobGen, Logger: j.log,
+			Judge: recount.Judge{HorizonMs: j.cfg.HorizonMs, AllowanceMs: j.cfg.AllowanceMs},
+			// Only what the last completed checkpoint covers is surely in
+			// the lake.
+			Watermark: func(context.Context) (int64, error) {
+				j.mu.Lock()
+				defer j.mu.Unlock()
+				if c := j.status.LastCheckpoint; c != nil {
+					return c.Watermark, nil
+				}
+				return preagg.NoWatermark, nil
+			},
+		}})
+		if err != nil {
+			return fmt.Errorf("runtime: recount: %w", err)
+		}
+		wg.Go(func() { f.Run(runCtx) })
+	}
 	j.setReady(true)
 	d := newDriver(j, src)
 	derr := d.run(ctx, runCtx)

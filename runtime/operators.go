@@ -10,6 +10,7 @@ import (
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/latepath"
 	"github.com/adclick/adclick/preagg"
+	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/state"
 	"github.com/adclick/adclick/windowing"
@@ -83,7 +84,8 @@ type preSub struct {
 	in    chan toPre
 	outs  []chan toWin
 	acks  chan<- ack
-	log   *exlog
+	lake  *recount.Writer
+	epoch int64 // the epoch of the lake records being buffered
 	par   int
 	late  [][]lateClick
 	rec   latepath.Record
@@ -168,7 +170,9 @@ func (s *preSub) handle(ctx context.Context, msg toPre) error {
 			err = s.dedup.Commit()
 		}
 		if err == nil {
-			err = s.log.barrier(msg.barrier.id)
+			// The lake holds every verdict the checkpoint covers.
+			err = s.lake.Flush(ctx, s.epoch)
+			s.epoch = msg.barrier.id
 		}
 		if err := s.broadcast(ctx, toWin{kind: mBarrier, barrier: msg.barrier, procMs: msg.procMs}); err != nil {
 			return err
@@ -187,7 +191,7 @@ func (s *preSub) handle(ctx context.Context, msg toPre) error {
 		if err := s.forward(ctx, parts, msg.procMs); err != nil {
 			return err
 		}
-		if err := s.log.close(); err != nil {
+		if err := s.lake.Flush(ctx, s.epoch); err != nil {
 			return err
 		}
 		return s.broadcast(ctx, toWin{kind: mEnd, procMs: msg.procMs})
@@ -200,7 +204,8 @@ func (s *preSub) logClick(c *ingest.Click, verdict string) error {
 	*r = latepath.Record{Verdict: verdict, ClickID: c.ClickID, AdID: c.AdID, CampaignID: c.CampaignID, DeviceID: c.DeviceID,
 		ImpressionMs: c.ImpressionMs, DeviceMs: c.DeviceMs, EventMs: c.EventMs, ArrivalMs: c.ArrivalMs,
 		SpendMicros: c.SpendMicros, Shard: c.Shard}
-	return s.log.write(r)
+	s.lake.Add(r)
+	return nil
 }
 
 // forward sends partials (routed by the ad's key group) and pending late

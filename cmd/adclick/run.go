@@ -69,6 +69,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	adminToken := fs.String("admin-token", "", "bearer token of the operator endpoints (savepoints, sweeps, stop); required unless --listen is a loopback address")
 	readToken := fs.String("read-token", "", "if set, the read endpoints need this bearer token (or the admin token)")
 	fs.IntVar(&cfg.Parallelism, "parallelism", 0, "pre-aggregator and window subtasks (default: number of CPUs, at most 128)")
+	lakeURL := fs.String("lake", "", "keep the lake (every click with its verdict, Parquet) in s3://BUCKET/PREFIX instead of under --data/lake")
+	fs.BoolVar(&cfg.Recount, "recount", false, "finalise hours in the background as they become ready (final_* rows from the lake)")
 	checkpointsURL := fs.String("checkpoints", "", "keep checkpoints and savepoints in s3://BUCKET/PREFIX (incremental, manifest last) instead of under --data; a restart with an empty --data restores from there")
 	fs.StringVar(&cfg.FromSavepoint, "from-savepoint", "", "start from this savepoint (a path, or an id under --data/savepoints) instead of the latest checkpoint: blue/green, rescaling, upgrades")
 	fs.Int64Var(&cfg.JobGen, "job-gen", 1, "job generation (job_gen) of this version; raise it for each blue/green deployment")
@@ -122,6 +124,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Crash = func() { os.Exit(137) }
 	if *checkpointsURL != "" {
 		if cfg.Checkpoints, err = openCheckpoints(ctx, *checkpointsURL, reg); err != nil {
+			return err
+		}
+	}
+	if *lakeURL != "" {
+		if !strings.HasPrefix(*lakeURL, "s3://") {
+			return usageError{fmt.Errorf("--lake %q: want s3://BUCKET/PREFIX (the default keeps it under --data)", *lakeURL)}
+		}
+		if cfg.Lake, err = openLake(ctx, *lakeURL, cfg.DataDir); err != nil {
 			return err
 		}
 	}
