@@ -42,7 +42,7 @@ type Options struct {
 
 const (
 	defaultCacheSize    = 16 << 20
-	defaultMemTableSize = 8 << 20
+	defaultMemTableSize = 64 << 20
 	lockStripes         = 256
 )
 

@@ -22,28 +22,25 @@ func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) error {
 		return err
 	}
 	defer s.gate.leave()
-	wrote := false
+	if err := ctx.Err(); err != nil {
+		return s.finish(false, fmt.Errorf("embedded: set totals: %w", err))
+	}
+	// One batch for the call: it commits atomically, so a reader never sees
+	// a value without its epoch records; within it the last total for a
+	// key wins, as in Valkey.
+	b := s.db.NewBatch()
+	defer b.Close()
 	for _, t := range ts {
-		if err := ctx.Err(); err != nil {
-			return s.finish(wrote, fmt.Errorf("embedded: set totals: %w", err))
-		}
 		k := t.Key()
-		tkey := totalKey(k)
-		mu := s.lock(tkey)
-		b := s.db.NewBatch()
-		_ = b.Set(tkey, encodeTotal(t), nil)
+		_ = b.Set(totalKey(k), encodeTotal(t), nil)
 		_ = b.Set(epochKey(t.Epoch, k), nil, nil)
 		_ = b.Set(reverseKey(k, t.Epoch), nil, nil)
-		err := b.Commit(pebble.NoSync)
-		_ = b.Close()
-		mu.Unlock()
-		if err != nil {
-			return s.finish(wrote, fmt.Errorf("embedded: set total %q: %w", t.Ad, err))
-		}
-		wrote = true
-		s.metrics.Writes.WithLabelValues("set_total").Inc()
 	}
-	return s.finish(wrote, nil)
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return s.finish(false, fmt.Errorf("embedded: set totals: %w", err))
+	}
+	s.metrics.Writes.WithLabelValues("set_total").Add(float64(len(ts)))
+	return s.finish(len(ts) > 0, nil)
 }
 
 // TotalsWritten calls fn for every total key recorded under epoch, in key
