@@ -67,6 +67,10 @@ type Config struct {
 	FlushWritesPerSec float64
 	// NoDedup and NoCheckpoint are for benchmarks only.
 	NoDedup, NoCheckpoint bool
+	// VerifyFlush makes Open check, after the full flush, that the
+	// running-total store holds exactly the totals restored state implies
+	// (tests; it reads every total state holds).
+	VerifyFlush bool
 	// FailAfterRecords > 0 calls Crash after that many records (tests).
 	FailAfterRecords int64
 	// Crash is called by FailAfterRecords; default: panic. The CLI exits

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/latepath"
@@ -32,6 +34,7 @@ type driver struct {
 	lastCkpt   int64 // processing time the last checkpoint completed (or the job started)
 	records    int64
 	invalid    int64
+	blocked    prometheus.Counter
 	lake       *recount.Writer
 	lakeEpoch  int64
 	lastRecord int64 // processing time of the last record (real-time sources)
@@ -47,6 +50,7 @@ func newDriver(j *Job, src source) *driver {
 		wms:       ingest.NewWatermarks(ingest.WatermarkOptions{AllowanceMs: j.cfg.AllowanceMs, IntervalMs: j.cfg.WatermarkIntervalMs, IdleMs: j.cfg.IdleMs}),
 		batches:   make([][]ingest.Click, len(j.pres)),
 		lake:      j.sourceLake,
+		blocked:   j.m.blocked.WithLabelValues("source"),
 		lakeEpoch: j.c,
 	}
 }
@@ -201,7 +205,7 @@ func (d *driver) sendBatch(ctx context.Context, o int) error {
 	if len(d.batches[o]) == 0 {
 		return nil
 	}
-	err := send(ctx, d.j.pres[o].in, toPre{kind: mClicks, clicks: d.batches[o], procMs: d.procMs, sentNs: time.Now().UnixNano()})
+	err := sendTimed(ctx, d.j.pres[o].in, toPre{kind: mClicks, clicks: d.batches[o], procMs: d.procMs, sentNs: time.Now().UnixNano()}, d.blocked)
 	d.batches[o] = make([]ingest.Click, 0, d.j.cfg.BatchSize)
 	return err
 }
@@ -293,6 +297,14 @@ func (d *driver) publish(t, wm int64) {
 	lag := ingest.Lag(t, wm)
 	if wm != preagg.NoWatermark {
 		d.j.m.watermarkLag.Set(float64(lag) / 1000)
+	}
+	for _, sh := range d.wms.Shards() {
+		d.j.m.shardWatermark.WithLabelValues(sh.ID).Set(float64(sh.Watermark))
+		idle := 0.0
+		if sh.Idle || sh.Closed {
+			idle = 1
+		}
+		d.j.m.shardIdle.WithLabelValues(sh.ID).Set(idle)
 	}
 	d.j.mu.Lock()
 	d.j.status.ProcessingMs = t
@@ -399,6 +411,7 @@ func (d *driver) checkpointAs(ctx context.Context, procMs int64, final, savepoin
 	j.m.ckpts.WithLabelValues("completed").Inc()
 	j.m.ckptDuration.Observe(float64(meta.DurationMs) / 1000)
 	j.m.ckptSize.Set(float64(meta.SizeBytes))
+	j.m.ckptUploaded.Set(float64(meta.Uploaded))
 	j.m.lastCkptID.Set(float64(id))
 	j.mu.Lock()
 	j.status.LastCheckpoint = &meta

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +64,7 @@ type Job struct {
 	done       chan struct{}
 
 	restoreMs int64
+	kin       *kinesisSource
 	ckptCount int64
 
 	mu     sync.Mutex
@@ -167,6 +169,12 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 			return nil, fmt.Errorf("runtime: full flush after restoring checkpoint %d: %w", j.c, err)
 		}
 		rep = &r
+		if cfg.VerifyFlush && j.totals != nil {
+			if err := j.verifyTotals(ctx); err != nil {
+				j.Close()
+				return nil, err
+			}
+		}
 	}
 	// The lake is a writer like the others: objects of epochs ≥ c hold
 	// verdicts the restored run has not made.
@@ -188,6 +196,9 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	d := time.Since(start)
 	j.m.restoreSecs.Set(d.Seconds())
 	j.restoreMs = d.Milliseconds()
+	if found {
+		j.m.restores.Inc()
+	}
 	if found || wrote {
 		j.log.Info("restored", "checkpoint", j.c, "found", found, "epoch_high", high,
 			"lake_objects_removed", removed, "duration", d.Round(time.Millisecond))
@@ -216,7 +227,7 @@ func (j *Job) build() error {
 		w := &winSub{idx: i, minutes: mins, late: latepath.New(j.cfg.HorizonMs), in: wins[i], acks: j.acks,
 			inputs: p, wms: make([]int64, p), procs: make([]int64, p), wm: preagg.NoWatermark,
 			epoch: j.c, restored: j.c, gen: j.cfg.JobGen, earlyMs: j.cfg.EarlyFiringMs,
-			rows: j.rows, totals: j.totals, totalsOK: true, m: j.m}
+			rows: j.rows, totals: j.totals, totalsOK: true, m: j.m, log: j.log}
 		for k := range w.wms {
 			w.wms[k] = preagg.NoWatermark
 		}
@@ -308,6 +319,45 @@ func (j *Job) Status() Status {
 	return s
 }
 
+// verifyTotals checks that the running-total store holds exactly what
+// restored state implies, for every total state holds (the flush's promise
+// to dashboards).
+func (j *Job) verifyTotals(ctx context.Context) error {
+	var bad []string
+	err := flushTotals{j}.Totals(func(t sink.Total) error {
+		got, ok, err := j.totals.GetTotal(ctx, t.Key())
+		if err != nil {
+			return err
+		}
+		if !ok || got.Valid != t.Valid || got.SpendMicros != t.SpendMicros {
+			if len(bad) < 10 {
+				bad = append(bad, fmt.Sprintf("%s@%d hour=%v: store %d/%d (present %v), state %d/%d",
+					t.Ad, t.StartMs, t.Hour, got.Valid, got.SpendMicros, ok, t.Valid, t.SpendMicros))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("runtime: verify flush: %w", err)
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("runtime: verify flush: running totals differ from restored state: %s", strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// ConsumerLagMs returns each shard's consumer lag (MillisBehindLatest) for a
+// Kinesis source, or nil.
+func (j *Job) ConsumerLagMs() map[string]int64 {
+	j.mu.Lock()
+	src := j.kin
+	j.mu.Unlock()
+	if src == nil {
+		return nil
+	}
+	return src.src.Lag()
+}
+
 // Stats are a finished run's statistics, for benchmarks.
 type Stats struct {
 	Records          int64 `json:"records"`
@@ -370,6 +420,12 @@ func (j *Job) Run(ctx context.Context) error {
 		return err
 	}
 	defer src.close()
+	if k, ok := src.(*kinesisSource); ok {
+		j.mu.Lock()
+		j.kin = k
+		j.mu.Unlock()
+		defer func() { j.mu.Lock(); j.kin = nil; j.mu.Unlock() }()
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 2*len(j.pres))

@@ -6,51 +6,91 @@ import (
 	"github.com/adclick/adclick/preagg"
 )
 
-// metrics are the runtime's Prometheus metrics.
+// metrics are the runtime's Prometheus metrics. Every known label
+// combination is created at start, so an absent series never hides a
+// problem from an alert.
 type metrics struct {
-	records      *prometheus.CounterVec
-	counted      prometheus.Counter
-	late         prometheus.Counter
-	duplicate    prometheus.Counter
-	beyond       prometheus.Counter
-	invalid      prometheus.Counter
-	watermark    prometheus.Gauge
-	watermarkLag prometheus.Gauge
-	ckptDuration prometheus.Histogram
-	ckpts        *prometheus.CounterVec
-	ckptSize     prometheus.Gauge
-	lastCkptID   prometheus.Gauge
-	rowsWritten  prometheus.Counter
-	refused      prometheus.Counter
-	totalsErrors prometheus.Counter
-	restoreSecs  prometheus.Gauge
+	records        *prometheus.CounterVec
+	counted        prometheus.Counter
+	late           prometheus.Counter
+	duplicate      prometheus.Counter
+	beyond         prometheus.Counter
+	invalid        prometheus.Counter
+	lateness       prometheus.Histogram
+	partials       prometheus.Counter
+	firings        *prometheus.CounterVec
+	watermark      prometheus.Gauge
+	watermarkLag   prometheus.Gauge
+	shardWatermark *prometheus.GaugeVec
+	shardIdle      *prometheus.GaugeVec
+	ckptDuration   prometheus.Histogram
+	ckpts          *prometheus.CounterVec
+	ckptSize       prometheus.Gauge
+	ckptUploaded   prometheus.Gauge
+	lastCkptID     prometheus.Gauge
+	writes         *prometheus.CounterVec
+	refused        *prometheus.CounterVec
+	totalsErrors   prometheus.Counter
+	totalsUp       prometheus.Gauge
+	restores       prometheus.Counter
+	restoreSecs    prometheus.Gauge
+	blocked        *prometheus.CounterVec
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
 	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_clicks_total", Help: "Clicks read, by verdict (counted, late, duplicate, beyond_horizon, invalid)."}, []string{"verdict"})
 	m := &metrics{
-		records:      records,
-		counted:      records.WithLabelValues("counted"),
-		late:         records.WithLabelValues("late"),
-		duplicate:    records.WithLabelValues("duplicate"),
-		beyond:       records.WithLabelValues("beyond_horizon"),
-		invalid:      records.WithLabelValues("invalid"),
-		watermark:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_watermark_ms", Help: "The job watermark, Unix ms."}),
-		watermarkLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_watermark_lag_seconds", Help: "Processing time minus the job watermark (data_complete_through lag)."}),
-		ckptDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "adclick_checkpoint_duration_seconds", Help: "Time from barrier injection to a completed checkpoint.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
-		ckpts:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_checkpoints_total", Help: "Checkpoints by result (completed, failed)."}, []string{"result"}),
-		ckptSize:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_checkpoint_size_bytes", Help: "Size of the last completed checkpoint."}),
-		lastCkptID:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_checkpoint_last_id", Help: "Id of the last completed checkpoint."}),
-		rowsWritten:  prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_sink_writes_total", Help: "Row writes sent to the ad_metrics store."}),
-		refused:      prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_sink_refused_writes_total", Help: "Row writes refused by their condition (closed row or job_gen); the recount repairs them."}),
+		records:   records,
+		counted:   records.WithLabelValues("counted"),
+		late:      records.WithLabelValues("late"),
+		duplicate: records.WithLabelValues("duplicate"),
+		beyond:    records.WithLabelValues("beyond_horizon"),
+		invalid:   records.WithLabelValues("invalid"),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "adclick_lateness_seconds",
+			Help:    "How late late clicks were: the judge time (max of floor and watermark) minus the click's event time.",
+			Buckets: []float64{1, 5, 15, 60, 300, 900, 1800, 3600, 7200}}),
+		partials: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_preagg_partials_total", Help: "Partial sums forwarded by the pre-aggregators."}),
+		firings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_window_firings_total",
+			Help: "Window output: closed minutes (minute), hour roll-up rows (hour) and early running totals (early)."}, []string{"kind"}),
+		watermark:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_watermark_ms", Help: "The job watermark, Unix ms."}),
+		watermarkLag:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_watermark_lag_seconds", Help: "Processing time minus the job watermark (data_complete_through lag)."}),
+		shardWatermark: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adclick_shard_watermark_ms", Help: "Each shard's watermark, Unix ms."}, []string{"shard"}),
+		shardIdle:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adclick_shard_idle", Help: "1 while a shard is idle (left out of the watermark minimum)."}, []string{"shard"}),
+		ckptDuration:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "adclick_checkpoint_duration_seconds", Help: "Time from barrier injection to a completed checkpoint.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		ckpts:          prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_checkpoints_total", Help: "Checkpoints by result (completed, failed)."}, []string{"result"}),
+		ckptSize:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_checkpoint_size_bytes", Help: "Size of the last completed checkpoint."}),
+		ckptUploaded:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_checkpoint_uploaded_bytes", Help: "Bytes the last checkpoint added to checkpoint storage (incremental)."}),
+		lastCkptID:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_checkpoint_last_id", Help: "Id of the last completed checkpoint."}),
+		writes:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_sink_writes_total", Help: "Row writes sent to the ad_metrics store, by writer."}, []string{"writer"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_sink_refused_writes_total",
+			Help: "Row writes refused by their condition (closed row or job_gen), by writer; the recount repairs them."}, []string{"writer", "reason"}),
 		totalsErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_totals_errors_total", Help: "Failed running-total writes; dashboards are stale until the store answers and totals are rewritten from state."}),
+		totalsUp:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_totals_store_up", Help: "1 while the running-total store accepts writes."}),
+		restores:     prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_restores_total", Help: "Starts from a checkpoint or savepoint (each followed by the full flush)."}),
 		restoreSecs:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_restore_flush_seconds", Help: "Duration of the last restore and full flush."}),
+		blocked: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_backpressure_seconds_total",
+			Help: "Time senders spent blocked on a full channel (backpressure), by stage."}, []string{"stage"}),
 	}
+	for _, k := range []string{"minute", "hour", "early"} {
+		m.firings.WithLabelValues(k)
+	}
+	for _, w := range []string{"fast", "late"} {
+		m.writes.WithLabelValues(w)
+		m.refused.WithLabelValues(w, "condition")
+	}
+	for _, s := range []string{"source", "preagg"} {
+		m.blocked.WithLabelValues(s)
+	}
+	m.totalsUp.Set(1)
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.records, m.watermark, m.watermarkLag, m.ckptDuration, m.ckpts, m.ckptSize, m.lastCkptID, m.rowsWritten, m.refused, m.totalsErrors, m.restoreSecs} {
+		for _, c := range []prometheus.Collector{m.records, m.lateness, m.partials, m.firings, m.watermark, m.watermarkLag,
+			m.shardWatermark, m.shardIdle, m.ckptDuration, m.ckpts, m.ckptSize, m.ckptUploaded, m.lastCkptID, m.writes,
+			m.refused, m.totalsErrors, m.totalsUp, m.restores, m.restoreSecs, m.blocked} {
 			r.MustRegister(c)
 		}
 	}
+	m.ckpts.WithLabelValues("completed")
+	m.ckpts.WithLabelValues("failed")
 	return m
 }
 

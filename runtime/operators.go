@@ -3,9 +3,12 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/latepath"
@@ -115,6 +118,7 @@ func (s *preSub) handle(ctx context.Context, msg toPre) error {
 				return err
 			}
 			if v == preagg.Late {
+				s.m.lateness.Observe(float64(s.pa.Judge()-c.EventMs) / 1000)
 				o := windowing.Owner(windowing.KeyGroup(c.AdID), s.par)
 				s.late[o] = append(s.late[o], lateClick{ad: c.AdID, eventMs: c.EventMs, spend: c.SpendMicros})
 			}
@@ -213,6 +217,7 @@ func (s *preSub) logClick(c *ingest.Click, verdict string) error {
 func (s *preSub) forward(ctx context.Context, parts []preagg.Partial, procMs int64) error {
 	var per [][]preagg.Partial
 	if len(parts) > 0 {
+		s.m.partials.Add(float64(len(parts)))
 		per = make([][]preagg.Partial, s.par)
 		for _, p := range parts {
 			o := windowing.Owner(windowing.KeyGroup(p.Ad), s.par)
@@ -227,7 +232,7 @@ func (s *preSub) forward(ctx context.Context, parts []preagg.Partial, procMs int
 		if len(ps) == 0 && len(s.late[o]) == 0 {
 			continue
 		}
-		if err := send(ctx, s.outs[o], toWin{kind: mClicks, from: s.idx, partials: ps, late: s.late[o], procMs: procMs}); err != nil {
+		if err := sendTimed(ctx, s.outs[o], toWin{kind: mClicks, from: s.idx, partials: ps, late: s.late[o], procMs: procMs}, s.m.blocked.WithLabelValues("preagg")); err != nil {
 			return err
 		}
 		s.late[o] = nil
@@ -243,6 +248,19 @@ func (s *preSub) broadcast(ctx context.Context, m toWin) error {
 		}
 	}
 	return nil
+}
+
+// sendTimed is send, counting the time spent blocked on a full channel.
+func sendTimed[T any](ctx context.Context, ch chan<- T, m T, blocked prometheus.Counter) error {
+	select {
+	case ch <- m:
+		return nil
+	default:
+	}
+	start := time.Now()
+	err := send(ctx, ch, m)
+	blocked.Add(time.Since(start).Seconds())
+	return err
 }
 
 func send[T any](ctx context.Context, ch chan<- T, m T) error {
@@ -280,6 +298,7 @@ type winSub struct {
 	tots     []sink.Total
 	totalsOK bool
 	m        *metrics
+	log      *slog.Logger
 }
 
 func (w *winSub) run(ctx context.Context) error {
@@ -390,6 +409,11 @@ func (w *winSub) tick(ctx context.Context, from int, procMs int64) error {
 }
 
 func (w *winSub) emit(r windowing.Row) {
+	if r.Hour {
+		w.m.firings.WithLabelValues("hour").Inc()
+	} else {
+		w.m.firings.WithLabelValues("minute").Inc()
+	}
 	k := sink.Key{Entity: r.Ad, Bucket: sink.MinuteBucket(r.StartMs)}
 	if r.Hour {
 		k.Bucket = sink.HourBucket(r.StartMs)
@@ -402,6 +426,7 @@ func (w *winSub) emit(r windowing.Row) {
 }
 
 func (w *winSub) emitRunning(r windowing.Running) {
+	w.m.firings.WithLabelValues("early").Inc()
 	w.tots = append(w.tots, sink.Total{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: w.epoch})
 }
 
@@ -415,12 +440,28 @@ func (w *winSub) emitLate(t latepath.Total) {
 // rewritten from state once the store answers again).
 func (w *winSub) flushWrites(ctx context.Context) error {
 	if len(w.puts) > 0 {
-		refused, err := w.rows.Put(ctx, w.puts)
-		if err != nil {
-			return fmt.Errorf("runtime: write rows: %w", err)
+		// Fast and late writes go in separate calls, so refusals are
+		// counted per writer.
+		var byWriter [2][]sink.Put
+		for _, p := range w.puts {
+			i := 0
+			if p.Writer == sink.Late {
+				i = 1
+			}
+			byWriter[i] = append(byWriter[i], p)
 		}
-		w.m.rowsWritten.Add(float64(len(w.puts)))
-		w.m.refused.Add(float64(refused))
+		for i, puts := range byWriter {
+			if len(puts) == 0 {
+				continue
+			}
+			name := [2]string{"fast", "late"}[i]
+			refused, err := w.rows.Put(ctx, puts)
+			if err != nil {
+				return fmt.Errorf("runtime: write %s rows: %w", name, err)
+			}
+			w.m.writes.WithLabelValues(name).Add(float64(len(puts)))
+			w.m.refused.WithLabelValues(name, "condition").Add(float64(refused))
+		}
 		w.puts = w.puts[:0]
 	}
 	if w.totals != nil && len(w.tots) > 0 {
@@ -433,15 +474,20 @@ func (w *winSub) flushWrites(ctx context.Context) error {
 			w.tots = append(all, w.tots...)
 		}
 		if err := w.totals.SetTotals(ctx, w.tots); err != nil {
+			w.m.totalsErrors.Inc()
 			if w.totalsOK {
-				w.m.totalsErrors.Inc()
+				w.m.totalsUp.Set(0)
+				w.log.Warn("running-total store unreachable: dashboards are stale, counting goes on; totals will be rewritten from state when it answers", "subtask", w.idx, "err", err)
 			}
 			w.totalsOK = false
 			w.tots = w.tots[:0]
 			return nil
 		}
+		if !w.totalsOK {
+			w.m.totalsUp.Set(1)
+			w.log.Info("running-total store answers again: totals rewritten from state", "subtask", w.idx)
+		}
 		w.totalsOK = true
-		w.tots = w.tots[:0]
 	}
 	w.tots = w.tots[:0]
 	return nil

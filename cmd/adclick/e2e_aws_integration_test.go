@@ -38,7 +38,10 @@ func TestCrashAnywhereAWS(t *testing.T) {
 	for i := 0; i < points; i++ {
 		table := fmt.Sprintf("e2e_%d_%d", time.Now().UnixNano(), i)
 		prefix := "e2e" + strconv.Itoa(i) + "x" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		sinkArgs := []string{"--sink", "dynamodb:" + table, "--valkey", vaddr, "--valkey-prefix", prefix}
+		// --verify-flush: after every restore's flush, Valkey's totals must
+		// equal the restored state's running totals (the process fails if
+		// not).
+		sinkArgs := []string{"--sink", "dynamodb:" + table, "--valkey", vaddr, "--valkey-prefix", prefix, "--verify-flush"}
 		run(t, 0, "setup", "--sink", "dynamodb:"+table)
 		data := filepath.Join(dir, fmt.Sprintf("run%02d", i))
 		forbidden := map[int64]bool{}
