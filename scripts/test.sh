@@ -24,6 +24,7 @@
 # Environment:
 #   ADCLICK_TEST_KEEP=1        keep the temporary folder (logs, S3 data)
 #   ADCLICK_TEST_NO_VET=1      skip go vet
+#   ADCLICK_TEST_NO_BENCH=1    skip the short stage benchmarks after a full run
 #   ADCLICK_TEST_READY_SECS=N  readiness timeout per server (default 60)
 #
 # Needs: Go, Node.js >= 20 with npm. redis-server, promtool (Debian's
@@ -73,6 +74,8 @@ for ((i = 0; i < ${#args[@]}; i++)); do
 	*) GO_ARGS+=("$arg") ;;
 	esac
 done
+FULL_RUN=0
+[ "$#" -eq 0 ] && FULL_RUN=1
 if [ "${#PKGS[@]}" -eq 0 ]; then
 	PKGS=(./...)
 	GO_ARGS+=(./...)
@@ -367,4 +370,12 @@ t0=$SECONDS
 rc=0
 go test -race -tags integration -timeout 40m "${GO_ARGS[@]}" || rc=$?
 step "go test exited with $rc after $((SECONDS - t0))s"
+
+# A short run of each stage's benchmarks (no -race), so a regression shows
+# in the log; BENCHMARKS.md has the full measurement and its command.
+if [ "$rc" -eq 0 ] && [ "$FULL_RUN" -eq 1 ] && [ "${ADCLICK_TEST_NO_BENCH:-0}" != 1 ]; then
+	step "stage benchmarks (short)"
+	go test -run '^$' -bench . -benchtime 20000x -benchmem \
+		./ingest/ ./preagg/ ./windowing/ ./latepath/ ./state/ 2>&1 | grep -E '^(Benchmark|ok|FAIL|PASS)' || rc=$?
+fi
 exit "$rc"
