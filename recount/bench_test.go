@@ -55,7 +55,10 @@ func BenchmarkWriter(b *testing.B) {
 
 // BenchmarkRecount measures the recount of a lake of one million clicks
 // over about three hours (the generator's trace, written by the simulated
-// stream): clicks per second of one Run over every hour.
+// stream): clicks per second of one Run over every hour. Run sequentially,
+// so with GOMAXPROCS=1 the figure is per core:
+//
+//	GOMAXPROCS=1 go test -run X -bench Recount -benchtime 3x ./recount/
 func BenchmarkRecount(b *testing.B) {
 	lines := genLines(b, 1_000_000, 11, 100)
 	st := newMemStore()

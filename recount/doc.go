@@ -32,7 +32,9 @@
 //
 // Run recounts hours from the lake with the stream's own validation code
 // (ingest.Click.Validate and Finish) and writes final_* attributes on the
-// hour rows with sink.Rows.PutFinal. Judge documents how the batch decides
+// hour rows with sink.Rows.PutFinal. It reads only the columns it needs,
+// column by column, without an allocation per row, and counts over compact
+// records sorted by a hash of the click id (radix sort, merges), not maps. Judge documents how the batch decides
 // what the stream decides with its watermark. Reconcile compares the
 // recount with the stream's rows and verdicts per (ad, hour).
 //

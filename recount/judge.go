@@ -70,16 +70,29 @@ func (j *Judge) Decide(r *Row) (ingest.Click, Outcome, string) {
 	}
 	c := ingest.Click{ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, DeviceID: r.DeviceID,
 		ImpressionMs: r.ImpressionMs, DeviceMs: r.DeviceMs, SpendMicros: r.SpendMicros, Shard: r.Shard}
+	out, reason := j.decide(&c, r.ArrivalMs)
+	if reason != "" {
+		return c, out, latepath.InvalidPrefix + string(reason)
+	}
+	if out == BeyondHorizon {
+		return c, out, latepath.VerdictBeyondHorizon
+	}
+	return c, out, ""
+}
+
+// decide judges c (a row whose verdict is not invalid, rebuilt as a click
+// without its arrival time) against arrivalMs; it sets c's event time.
+func (j *Judge) decide(c *ingest.Click, arrivalMs int64) (Outcome, ingest.Reason) {
 	reason := c.Validate()
 	if reason == "" {
-		reason = c.Finish(r.ArrivalMs)
+		reason = c.Finish(arrivalMs)
 	}
 	if reason != "" {
-		return c, Invalid, latepath.InvalidPrefix + string(reason)
+		return Invalid, reason
 	}
 	judge := c.ArrivalMs - j.AllowanceMs - 1
 	if c.ImpressionMs < judge-j.HorizonMs {
-		return c, BeyondHorizon, latepath.VerdictBeyondHorizon
+		return BeyondHorizon, ""
 	}
-	return c, Accepted, ""
+	return Accepted, ""
 }

@@ -276,7 +276,8 @@ func EncodeRows(rows []Row) ([]byte, error) {
 // epochs' manifests, then the manifests. The flush after a restore from
 // checkpoint c calls it with from = c before any new output. It is
 // idempotent: a second call after a failure finishes the work. It returns
-// the number of objects removed.
+// the number of object keys deleted: those the manifests list, including any
+// a writer that died half-way never wrote.
 func RemoveEpochs(ctx context.Context, store Store, from int64) (int, error) {
 	start := ""
 	if from > 0 {
@@ -378,12 +379,25 @@ func ReadHour(ctx context.Context, store Store, hourMs int64, fn func(*Row) erro
 }
 
 func readObject(b []byte, rows []Row, fn func(*Row) error) error {
+	return readObjectBatches(b, rows, func(rs []Row) error {
+		for i := range rs {
+			if err := fn(&rs[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// readObjectBatches reads the object b with the generic row reader into
+// rows, calling fn with each filled prefix.
+func readObjectBatches(b []byte, rows []Row, fn func([]Row) error) error {
 	r := parquet.NewGenericReader[Row](bytes.NewReader(b))
 	defer r.Close()
 	for {
 		n, err := r.Read(rows)
-		for i := 0; i < n; i++ {
-			if ferr := fn(&rows[i]); ferr != nil {
+		if n > 0 {
+			if ferr := fn(rows[:n]); ferr != nil {
 				return ferr
 			}
 		}

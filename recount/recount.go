@@ -1,7 +1,6 @@
 package recount
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/adclick/adclick/latepath"
 	"github.com/adclick/adclick/sink"
 )
 
@@ -188,49 +186,6 @@ type AdResult struct {
 	BIDs             []string `json:"b_click_ids,omitempty"`
 }
 
-// cand is an accepted copy of a click id.
-type cand struct {
-	arrival int64
-	shard   string
-	seq     string
-	event   int64
-	ad      string
-	spend   int64
-}
-
-func candCmp(a, b *cand) int {
-	return cmp.Or(cmp.Compare(a.arrival, b.arrival), cmp.Compare(a.shard, b.shard), cmp.Compare(a.seq, b.seq),
-		cmp.Compare(a.event, b.event), cmp.Compare(a.ad, b.ad), cmp.Compare(a.spend, b.spend))
-}
-
-// partition is what the recount keeps of one hour's partition.
-type partition struct {
-	hourMs   int64
-	rows     int64
-	best     map[string]cand // earliest accepted copy per click id
-	copies   int64           // accepted copies beyond the first per id
-	invalid  int64
-	beyond   int64
-	misfiled int64
-	// stream: the rows the stream counted (counted or late), by ad; only
-	// kept for the hours being recounted.
-	stream map[string][]streamRow
-}
-
-type streamRow struct {
-	id    string
-	spend int64
-}
-
-type runner struct {
-	o       *Options
-	targets map[int64]bool
-	cache   map[int64]*partition
-	rows    int64
-	done    int
-	total   int
-}
-
 // Run recounts each hour of o.Hours (ascending): it refuses an hour that is
 // not final yet (unless o.Force), reads the hour's partition and its
 // neighbours (for copies of a click id whose event times fall in different
@@ -255,7 +210,7 @@ func Run(ctx context.Context, o Options) ([]HourResult, error) {
 			return nil, fmt.Errorf("recount: job watermark: %w", err)
 		}
 	}
-	r := &runner{o: &o, cache: map[int64]*partition{}, total: len(hours), targets: map[int64]bool{}}
+	r := newRunner(&o, len(hours))
 	for _, h := range hours {
 		r.targets[h] = true
 	}
@@ -290,167 +245,6 @@ func Run(ctx context.Context, o Options) ([]HourResult, error) {
 	return results, errors.Join(errs...)
 }
 
-// span is how many hours apart two accepted copies of a click id (same
-// impression) can lie: their event times are within horizon + allowance +
-// 1 ms of the impression.
-func (r *runner) span() int64 {
-	return (r.o.Judge.HorizonMs + r.o.Judge.AllowanceMs + 1 + HourMs - 1) / HourMs
-}
-
-func (r *runner) hour(ctx context.Context, h int64) (HourResult, error) {
-	o := r.o
-	span := r.span()
-	for k := range r.cache {
-		if k < h-span*HourMs {
-			delete(r.cache, k)
-		}
-	}
-	target, err := r.load(ctx, h, true)
-	if err != nil {
-		return HourResult{}, err
-	}
-	var neigh []*partition
-	for d := -span; d <= span; d++ {
-		if d == 0 {
-			continue
-		}
-		p, err := r.load(ctx, h+d*HourMs, false)
-		if err != nil {
-			return HourResult{}, err
-		}
-		if len(p.best) > 0 {
-			neigh = append(neigh, p)
-		}
-	}
-	res := HourResult{HourMs: h, Hour: FormatHour(h), Status: "final", Gen: o.Gen, Rows: target.rows,
-		Rejected: map[string]int64{"invalid": target.invalid, "beyond_horizon": target.beyond, "duplicate": target.copies}}
-	if o.NoWrite {
-		res.Status = "checked"
-	}
-	// The recount's clicks of the hour: ids whose earliest copy anywhere in
-	// the window lies in this hour.
-	type acc struct {
-		ids   map[string]int64 // id → spend
-		spend int64
-	}
-	accepted := map[string]*acc{}
-	for id, c := range target.best {
-		w := c
-		for _, p := range neigh {
-			if n, ok := p.best[id]; ok && candCmp(&n, &w) < 0 {
-				w = n
-			}
-		}
-		if w.event-floorMod(w.event, HourMs) != h {
-			res.Rejected["duplicate"]++ // its earliest copy is counted in another hour
-			continue
-		}
-		a := accepted[w.ad]
-		if a == nil {
-			a = &acc{ids: map[string]int64{}}
-			accepted[w.ad] = a
-		}
-		a.ids[id] = w.spend
-		a.spend += w.spend
-		res.Accepted++
-	}
-	ads := make([]string, 0, len(accepted)+len(target.stream))
-	for ad := range accepted {
-		ads = append(ads, ad)
-	}
-	for ad := range target.stream {
-		if _, ok := accepted[ad]; !ok {
-			ads = append(ads, ad)
-		}
-	}
-	slices.Sort(ads)
-	bucket := sink.HourBucket(h)
-	now := o.NowMs
-	if now == 0 {
-		now = time.Now().UnixMilli()
-	}
-	var puts []sink.FinalPut
-	res.Balanced = true
-	for _, ad := range ads {
-		ar := AdResult{Ad: ad}
-		a := accepted[ad]
-		if a == nil {
-			a = &acc{ids: map[string]int64{}}
-		}
-		ar.Final, ar.FinalSpend = int64(len(a.ids)), a.spend
-		matched := make(map[string]bool, len(a.ids))
-		for _, s := range target.stream[ad] {
-			if _, ok := a.ids[s.id]; ok && !matched[s.id] {
-				matched[s.id] = true
-				continue
-			}
-			ar.A++
-			ar.ASpend += s.spend
-			if len(ar.AIDs) < o.MaxLoggedIDs {
-				ar.AIDs = append(ar.AIDs, s.id)
-			}
-		}
-		bids := make([]string, 0)
-		for id, sp := range a.ids {
-			if !matched[id] {
-				ar.B++
-				ar.BSpend += sp
-				bids = append(bids, id)
-			}
-		}
-		slices.Sort(bids)
-		if len(bids) > o.MaxLoggedIDs {
-			bids = bids[:o.MaxLoggedIDs]
-		}
-		if len(bids) > 0 {
-			ar.BIDs = bids
-		}
-		slices.Sort(ar.AIDs)
-		it, ok, err := o.Rows.Get(ctx, sink.Key{Entity: ad, Bucket: bucket})
-		if err != nil {
-			return res, fmt.Errorf("recount: read row %s/%s: %w", ad, bucket, err)
-		}
-		if ok {
-			if it.Fast.Present {
-				ar.Fast, ar.FastSpend = it.Fast.Valid, it.Fast.SpendMicros
-			}
-			if it.Late.Present {
-				ar.Late, ar.LateSpend = it.Late.Valid, it.Late.SpendMicros
-			}
-		}
-		ar.Unexplained = ar.Final - (ar.Fast + ar.Late - ar.A + ar.B)
-		ar.UnexplainedSpend = ar.FinalSpend - (ar.FastSpend + ar.LateSpend - ar.ASpend + ar.BSpend)
-		ar.Balanced = ar.Unexplained == 0 && ar.UnexplainedSpend == 0
-		if !ar.Balanced {
-			res.Balanced = false
-		}
-		if ar.A != 0 || ar.B != 0 || !ar.Balanced {
-			o.Logger.Warn("reconcile", "hour", res.Hour, "ad", ad, "fast", ar.Fast, "late", ar.Late, "final", ar.Final,
-				"a", ar.A, "b", ar.B, "unexplained", ar.Unexplained, "unexplained_spend_micros", ar.UnexplainedSpend,
-				"a_click_ids", ar.AIDs, "b_click_ids", ar.BIDs)
-		}
-		res.Ads = append(res.Ads, ar)
-		puts = append(puts, sink.FinalPut{Key: sink.Key{Entity: ad, Bucket: bucket}, Valid: ar.Final, SpendMicros: ar.FinalSpend, Gen: o.Gen, AtMs: now})
-	}
-	if !o.NoWrite && len(puts) > 0 {
-		refused, err := o.Rows.PutFinal(ctx, puts)
-		if err != nil {
-			return res, fmt.Errorf("recount: write final rows of %s: %w", res.Hour, err)
-		}
-		res.Refused = refused
-	}
-	if target.misfiled > 0 {
-		o.Logger.Warn("recount: rows whose recomputed event hour differs from their partition", "hour", res.Hour, "rows", target.misfiled)
-	}
-	o.Logger.Info("recount", "hour", res.Hour, "status", res.Status, "gen", o.Gen, "rows", res.Rows, "accepted", res.Accepted,
-		"ads", len(res.Ads), "balanced", res.Balanced, "refused_writes", res.Refused)
-	r.report(ctx, &res)
-	if o.Progress != nil {
-		o.Progress(Progress{HourMs: h, HoursDone: r.done + 1, HoursTotal: r.total, Rows: r.rows})
-	}
-	return res, nil
-}
-
 func (r *runner) report(_ context.Context, res *HourResult) {
 	m := r.o.Metrics
 	if m == nil {
@@ -477,59 +271,6 @@ func (r *runner) report(_ context.Context, res *HourResult) {
 		m.reconcile.WithLabelValues(k).Set(float64(v))
 	}
 	m.unbalanced.Set(float64(unb))
-}
-
-// load reads (or returns from the cache) the partition of hour h; with
-// stream it also keeps the rows the stream counted.
-func (r *runner) load(ctx context.Context, h int64, stream bool) (*partition, error) {
-	if p, ok := r.cache[h]; ok && (!stream || p.stream != nil) {
-		return p, nil
-	}
-	stream = stream || r.targets[h]
-	p := &partition{hourMs: h, best: map[string]cand{}}
-	if stream {
-		p.stream = map[string][]streamRow{}
-	}
-	j := &r.o.Judge
-	err := ReadHour(ctx, r.o.Store, h, func(row *Row) error {
-		p.rows++
-		r.rows++
-		if r.o.Progress != nil && r.rows%65536 == 0 {
-			r.o.Progress(Progress{HourMs: h, HoursDone: r.done, HoursTotal: r.total, Rows: r.rows})
-		}
-		if stream && (row.Verdict == latepath.VerdictCounted || row.Verdict == latepath.VerdictLate) {
-			p.stream[row.AdID] = append(p.stream[row.AdID], streamRow{id: row.ClickID, spend: row.SpendMicros})
-		}
-		c, out, _ := j.Decide(row)
-		switch out {
-		case Invalid:
-			p.invalid++
-			return nil
-		case BeyondHorizon:
-			p.beyond++
-			return nil
-		}
-		if c.EventMs-floorMod(c.EventMs, HourMs) != h {
-			p.misfiled++
-		}
-		n := cand{arrival: c.ArrivalMs, shard: c.Shard, seq: row.Seq, event: c.EventMs, ad: c.AdID, spend: c.SpendMicros}
-		if old, ok := p.best[c.ClickID]; ok {
-			p.copies++
-			if candCmp(&n, &old) >= 0 {
-				return nil
-			}
-		}
-		p.best[c.ClickID] = n
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if r.o.Metrics != nil {
-		r.o.Metrics.rowsRead.Add(float64(p.rows))
-	}
-	r.cache[h] = p
-	return p, nil
 }
 
 func floorMod(a, b int64) int64 {

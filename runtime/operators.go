@@ -297,6 +297,7 @@ type winSub struct {
 	puts     []sink.Put
 	tots     []sink.Total
 	totalsOK bool
+	unsent   map[sink.TotalKey]sink.Total // totals not written during an outage
 	m        *metrics
 	log      *slog.Logger
 }
@@ -464,30 +465,53 @@ func (w *winSub) flushWrites(ctx context.Context) error {
 		}
 		w.puts = w.puts[:0]
 	}
-	if w.totals != nil && len(w.tots) > 0 {
+	if w.totals != nil && (len(w.tots) > 0 || len(w.unsent) > 0) {
+		send := w.tots
 		if !w.totalsOK {
-			// Rewrite everything state holds, then the pending ones.
+			// Back after an outage: everything state holds, then the totals
+			// that failed and state no longer holds (minutes that closed
+			// meanwhile), re-tagged with the current epoch so a flush finds
+			// them, then the pending ones.
 			var all []sink.Total
+			held := make(map[sink.TotalKey]bool)
 			w.minutes.Totals(func(r windowing.Running) {
-				all = append(all, sink.Total{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: w.epoch})
+				t := sink.Total{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: w.epoch}
+				held[t.Key()] = true
+				all = append(all, t)
 			})
-			w.tots = append(all, w.tots...)
+			for k, t := range w.unsent {
+				if !held[k] {
+					t.Epoch = w.epoch
+					all = append(all, t)
+				}
+			}
+			send = append(all, w.tots...)
 		}
-		if err := w.totals.SetTotals(ctx, w.tots); err != nil {
+		if err := w.totals.SetTotals(ctx, send); err != nil {
 			w.m.totalsErrors.Inc()
 			if w.totalsOK {
 				w.m.totalsUp.Set(0)
-				w.log.Warn("running-total store unreachable: dashboards are stale, counting goes on; totals will be rewritten from state when it answers", "subtask", w.idx, "err", err)
+				w.log.Warn("running-total store unreachable: dashboards are stale, counting goes on; totals will be rewritten when it answers", "subtask", w.idx, "err", err)
 			}
 			w.totalsOK = false
+			// Keep what could not be written (the latest value per key):
+			// a minute that closes now is gone from state by the time the
+			// store answers again.
+			if w.unsent == nil {
+				w.unsent = make(map[sink.TotalKey]sink.Total)
+			}
+			for _, t := range w.tots {
+				w.unsent[t.Key()] = t
+			}
 			w.tots = w.tots[:0]
 			return nil
 		}
 		if !w.totalsOK {
 			w.m.totalsUp.Set(1)
-			w.log.Info("running-total store answers again: totals rewritten from state", "subtask", w.idx)
+			w.log.Info("running-total store answers again: totals rewritten", "subtask", w.idx, "totals", len(send))
 		}
 		w.totalsOK = true
+		clear(w.unsent)
 	}
 	w.tots = w.tots[:0]
 	return nil

@@ -30,7 +30,8 @@
 # Needs: Go, Node.js >= 20 with npm. redis-server, promtool (Debian's
 # prometheus package) and chromium are installed with apt-get when missing;
 # the npm servers are installed with `npm ci` from
-# scripts/servers/package-lock.json when node_modules is out of date.
+# scripts/servers/package-lock.json, and DuckDB from
+# scripts/duckdb/package-lock.json, when node_modules is out of date.
 # shellcheck disable=SC2317 # functions run from traps look unreachable
 set -euo pipefail
 
@@ -206,6 +207,26 @@ else
 	(cd "$SERVERS_DIR" && node -e "require('leveldown'); require('classic-level')") ||
 		die "the native modules of leveldown/classic-level do not load on this platform"
 	printf '%s\n' "$want_stamp" >"$stamp_file"
+	info "installed in $((SECONDS - t0))s"
+fi
+
+# DuckDB reads the lake's Parquet objects in the recount package's
+# integration test, as a reader independent of parquet-go. It comes from the
+# npm registry (@duckdb/node-api); its native binding is a per-platform
+# package of the same registry, so nothing is downloaded from elsewhere and
+# no install script runs.
+readonly DUCKDB_DIR="$ROOT/scripts/duckdb"
+duck_stamp_file="$DUCKDB_DIR/node_modules/.adclick-install-stamp"
+want_duck_stamp="$(cat "$DUCKDB_DIR/package-lock.json" "$DUCKDB_DIR/package.json" | sha256sum | cut -d' ' -f1) node-$(node --version)"
+if [ -f "$duck_stamp_file" ] && [ "$(cat "$duck_stamp_file")" = "$want_duck_stamp" ]; then
+	step "DuckDB is up to date (scripts/duckdb/node_modules)"
+else
+	step "installing DuckDB (npm ci in scripts/duckdb)"
+	t0=$SECONDS
+	(cd "$DUCKDB_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+	(cd "$DUCKDB_DIR" && node -e "require('@duckdb/node-api')") ||
+		die "DuckDB's native binding does not load on this platform"
+	printf '%s\n' "$want_duck_stamp" >"$duck_stamp_file"
 	info "installed in $((SECONDS - t0))s"
 fi
 
