@@ -177,3 +177,12 @@ func cmpKey(a, b key) int {
 	}
 	return 0
 }
+
+// MarkAllDirty marks every total held as changed, so the next Flush emits
+// all of them (a rewrite after the blue/green sweep removed another
+// generation's values).
+func (l *Late) MarkAllDirty() {
+	for k := range l.totals {
+		l.dirty[k] = struct{}{}
+	}
+}

@@ -281,6 +281,8 @@ func (d *driver) control(ctx context.Context, r ctlReq) error {
 		resp.meta, resp.path, resp.err = d.checkpointAs(ctx, d.procMs, false, true)
 	case ctlStop:
 		resp.meta, resp.path, resp.err = d.checkpointAs(ctx, d.procMs, true, r.savepoint)
+	case ctlRewrite:
+		resp.err = d.broadcast(ctx, toPre{kind: mRewrite, procMs: d.procMs})
 	}
 	r.reply <- resp
 	if resp.err != nil {

@@ -23,6 +23,10 @@ import (
 	"github.com/adclick/adclick/windowing"
 )
 
+// savepointFlushMargin is how many epochs after a savepoint the flush of a
+// start from it covers when the savepoint's own job may have gone on.
+const savepointFlushMargin = 100
+
 // Status is a snapshot of the job for the status endpoint and the progress
 // line.
 type Status struct {
@@ -159,9 +163,17 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		return nil, err
 	}
 	var rep *flush.Report
-	if wrote {
+	// Every start from a checkpoint or savepoint flushes (DESIGN §6), and so
+	// does a fresh start after a run that wrote without completing a
+	// checkpoint. A savepoint may come from another job's data dir, whose
+	// high-water mark is not known here: cover a margin of epochs after it.
+	flushHigh := max(high, j.c)
+	if cfg.FromSavepoint != "" {
+		flushHigh = max(flushHigh, j.c+savepointFlushMargin)
+	}
+	if wrote || found {
 		r, err := flush.Full(ctx, j.rows, j.totals, flushState{j}, flushTotals{j}, flush.Options{
-			Restored: j.c, High: max(high, j.c), Gen: cfg.JobGen, WritesPerSec: cfg.FlushWritesPerSec,
+			Restored: j.c, High: flushHigh, Gen: cfg.JobGen, WritesPerSec: cfg.FlushWritesPerSec,
 			Registerer: cfg.Registerer, Logger: j.log,
 		})
 		if err != nil {

@@ -27,6 +27,7 @@ const (
 	mWatermark         // a new watermark (also carries processing time)
 	mBarrier
 	mEnd
+	mRewrite // rewrite the hour rows held in state (after a sweep)
 )
 
 // toPre is a message from the driver to a pre-aggregator.
@@ -190,6 +191,8 @@ func (s *preSub) handle(ctx context.Context, msg toPre) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	case mRewrite:
+		return s.broadcast(ctx, toWin{kind: mRewrite, procMs: msg.procMs})
 	case mEnd:
 		parts := s.pa.Flush()
 		if err := s.forward(ctx, parts, msg.procMs); err != nil {
@@ -288,6 +291,7 @@ type winSub struct {
 	nextEarl int64
 	barriers int
 	ended    int
+	rewrites int
 	epoch    int64 // the last barrier this subtask passed: the sink tag
 	restored int64 // c: the checkpoint the job restored from
 	gen      int64
@@ -371,6 +375,15 @@ func (w *winSub) handle(ctx context.Context, msg toWin) (bool, error) {
 		case <-msg.barrier.resume:
 		case <-ctx.Done():
 			return false, ctx.Err()
+		}
+	case mRewrite:
+		// One message per input arrives; rewriting once is enough.
+		w.rewrites++
+		if w.rewrites%w.inputs == 1 || w.inputs == 1 {
+			w.minutes.HourRows(w.emit)
+			w.late.MarkAllDirty()
+			w.late.Flush(w.emitLate)
+			return false, w.flushWrites(ctx)
 		}
 	case mEnd:
 		w.ended++

@@ -17,6 +17,7 @@ type ctlKind uint8
 const (
 	ctlSavepoint ctlKind = iota + 1
 	ctlStop
+	ctlRewrite
 )
 
 type ctlReq struct {
@@ -78,6 +79,16 @@ func (j *Job) Sweep(ctx context.Context, gen, since, high int64) (flush.Report, 
 		}
 		high = max(h, since) + 100
 	}
-	return flush.Sweep(ctx, j.rows, j.totals, flush.SweepOptions{Gen: gen, Since: since, High: high,
+	rep, err := flush.Sweep(ctx, j.rows, j.totals, flush.SweepOptions{Gen: gen, Since: since, High: high,
 		WritesPerSec: j.cfg.FlushWritesPerSec, Registerer: j.cfg.Registerer, Logger: j.log})
+	if err != nil {
+		return rep, err
+	}
+	// The sweep removed the old generation's values; an hour row this job
+	// holds in state but has not written since (its late total or roll-up
+	// did not change) would stay without them. Rewrite them from state.
+	if _, _, err := j.control(ctx, ctlReq{kind: ctlRewrite}); err != nil && !errors.Is(err, ErrNotRunning) {
+		return rep, fmt.Errorf("runtime: rewrite after sweep: %w", err)
+	}
+	return rep, nil
 }

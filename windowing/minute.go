@@ -399,3 +399,29 @@ func hourStart(t int64) int64 {
 
 // HourStart returns the start of the hour holding t (Unix ms).
 func HourStart(t int64) int64 { return hourStart(t) }
+
+// HourRows emits the roll-up row of every hour the operator holds that has
+// closed minutes (a rewrite of the rows from state, after the blue/green
+// sweep removed another generation's values).
+func (m *Minutes) HourRows(emit func(Row)) {
+	keys := make([]hourKey, 0, len(m.hours))
+	for k, h := range m.hours {
+		if h.closed.count > 0 {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b hourKey) int {
+		if a.ad != b.ad {
+			if a.ad < b.ad {
+				return -1
+			}
+			return 1
+		}
+		return int(a.start - b.start)
+	})
+	for _, k := range keys {
+		h := m.hours[k]
+		emit(Row{Ad: k.ad, StartMs: k.start, Hour: true, Valid: h.closed.count, SpendMicros: h.closed.spend,
+			RunValid: h.closed.count + h.open.count, RunSpend: h.closed.spend + h.open.spend})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -400,7 +401,8 @@ func (j *jobProc) metric(name string) (float64, bool) {
 }
 
 // sumMetric adds up the samples of metric name in a Prometheus text
-// exposition.
+// exposition; name may end in a label set ({verdict="late"}) to pick one
+// series.
 func sumMetric(exposition []byte, name string) (float64, bool) {
 	var sum float64
 	found := false
@@ -470,4 +472,26 @@ func countLines(t *testing.T, path string) int64 {
 		}
 	}
 	return n
+}
+
+// TestStopAnswersBeforeExit checks that "adclick stop" gets the job's
+// answer: the job must not close its HTTP server before the answer to the
+// stop request is written (a stop command that fails with EOF tells the
+// operator nothing about the final checkpoint or the savepoint path).
+func TestStopAnswersBeforeExit(t *testing.T) {
+	for i := 0; i < 10; i++ {
+		j := startJob(t, "gen job", "", "--source", "gen", "--gen-rate", "200", "--data", filepath.Join(t.TempDir(), "data"),
+			"--parallelism", "1")
+		j.waitReady()
+		out, errs, err := j.tryCLI("stop", "--savepoint")
+		if code := j.wait(jobStartTimeout); code != 0 {
+			t.Fatalf("run %d: the job exited with code %d after stop", i, code)
+		}
+		if err != nil {
+			t.Fatalf("run %d: adclick stop --savepoint failed although the job stopped: %v\n%s", i, err, errs)
+		}
+		if !bytes.Contains(out, []byte(`"stopped": true`)) {
+			t.Fatalf("run %d: adclick stop printed %s", i, out)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -113,4 +114,31 @@ func readMeta(t *testing.T, dir string) spMeta {
 		t.Fatalf("savepoint %s: meta.json: %v", dir, err)
 	}
 	return m
+}
+
+// TestSavepointStartOnNewDataRunsFlush starts a job from a savepoint
+// folder on an empty --data, as a blue/green or a move to another machine
+// does. DESIGN.md §6: every start from a checkpoint or savepoint runs the
+// full flush before reading, because the savepoint's own job may have
+// written epochs at or after it into a shared sink. The new --data has no
+// epoch high-water mark, and the flush must run all the same (at least for
+// the savepoint's epoch).
+func TestSavepointStartOnNewDataRunsFlush(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace.jsonl")
+	genTrace(t, trace, 20_000, 23)
+	j1 := startJob(t, "v1", "", append([]string{"--source", "file:" + trace, "--data", filepath.Join(dir, "v1"), "--parallelism", "2"}, rescaleFlags...)...)
+	j1.waitReady()
+	j1.waitRecords(5_000, time.Minute)
+	sp := j1.savepoint()
+	j1.stop(false)
+	j2 := startJob(t, "v2", "", append([]string{"--source", "file:" + trace, "--data", filepath.Join(dir, "v2"), "--parallelism", "2",
+		"--from-savepoint", sp.Path, "--job-gen", "2"}, rescaleFlags...)...)
+	j2.wait(2 * time.Minute)
+	if c, ok := j2.restored(); !ok || c != sp.ID {
+		t.Fatalf("v2 logged a restore of %d (found %v), want savepoint %d", c, ok, sp.ID)
+	}
+	if !strings.Contains(j2.log(), `"msg":"flush done"`) {
+		t.Errorf("v2 started from savepoint %d on a new --data and ran no restore flush (DESIGN.md §6: every start from a savepoint flushes epochs >= its id); log:\n%s", sp.ID, j2.log())
+	}
 }

@@ -103,7 +103,8 @@ func rows(t *testing.T, data string) ([]row, []byte) {
 	return parseRows(t, out), out
 }
 
-// runCode runs the binary and returns its exit code.
+// runCode runs the binary and returns its exit code; an exit code other
+// than 0 and 137 (an injected crash) is logged with the process's stderr.
 func runCode(t *testing.T, args ...string) int {
 	t.Helper()
 	cmd := exec.Command(binPath, args...)
@@ -112,6 +113,9 @@ func runCode(t *testing.T, args ...string) int {
 	err := cmd.Run()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
+		if c := ee.ExitCode(); c != 137 {
+			t.Logf("adclick %v: exit code %d\nstderr:\n%s", args, c, errb.String())
+		}
 		return ee.ExitCode()
 	} else if err != nil {
 		t.Fatalf("adclick %v: %v", args, err)

@@ -176,7 +176,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		log.Info("http api", "addr", ln.Addr().String())
-		defer srv.Close()
+		// Shut down gracefully: the answer to POST /v1/stop must reach the
+		// caller before the process exits.
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+		}()
 	}
 	done := make(chan struct{})
 	if *progress > 0 {
