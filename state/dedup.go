@@ -159,7 +159,7 @@ func (d *Dedup) Insert(kg int, id string, expiryMs int64) (inserted bool, err er
 	if err := d.db.enter(); err != nil {
 		return false, err
 	}
-	defer d.db.gate.leave()
+	defer d.db.gate.Leave()
 	if !d.loaded[kg] {
 		if err := d.load(kg); err != nil {
 			return false, err
@@ -218,7 +218,7 @@ func (d *Dedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 	if err := d.db.enter(); err != nil {
 		return err
 	}
-	defer d.db.gate.leave()
+	defer d.db.gate.Leave()
 	end := bucketOf(beforeMs) // buckets b < end end at or before beforeMs
 	if err := d.commitLocked(); err != nil {
 		return err
@@ -266,7 +266,7 @@ func (d *Dedup) Commit() error {
 	if err := d.db.enter(); err != nil {
 		return err
 	}
-	defer d.db.gate.leave()
+	defer d.db.gate.Leave()
 	return d.commitLocked()
 }
 

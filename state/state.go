@@ -4,12 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/internal/pebbleutil"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -63,7 +62,7 @@ type DB struct {
 	db   *pebble.DB
 	opts Options
 
-	gate gate
+	gate pebbleutil.Gate
 }
 
 // Open opens (creating if needed) the state DB in dir, with the write-ahead
@@ -83,7 +82,7 @@ func Open(dir string, o Options) (*DB, error) {
 		FormatMajorVersion:         pebble.FormatNewest,
 		L0CompactionThreshold:      4,
 		CompactionConcurrencyRange: func() (int, int) { return 1, maxc },
-		Logger:                     quietLogger{},
+		Logger:                     pebbleutil.Logger{Prefix: "state"},
 	}
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
@@ -93,13 +92,13 @@ func Open(dir string, o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", dir, err)
 	}
-	return &DB{db: db, opts: o}, nil
+	return &DB{db: db, opts: o, gate: pebbleutil.Gate{Closed: ErrClosed}}, nil
 }
 
 // Close waits for running calls and closes the DB. Uncommitted Dedup
 // inserts are lost. Later calls of any method return ErrClosed.
 func (db *DB) Close() error {
-	if err := db.gate.close(); err != nil {
+	if err := db.gate.Close(); err != nil {
 		return err
 	}
 	if err := db.db.Close(); err != nil {
@@ -108,7 +107,7 @@ func (db *DB) Close() error {
 	return nil
 }
 
-func (db *DB) enter() error { return db.gate.enter() }
+func (db *DB) enter() error { return db.gate.Enter() }
 
 // Checkpoint writes a consistent copy of the DB into dir, which must not
 // exist. It flushes the memtable first (the WAL is off, so unflushed data
@@ -119,7 +118,7 @@ func (db *DB) Checkpoint(dir string) error {
 	if err := db.enter(); err != nil {
 		return err
 	}
-	defer db.gate.leave()
+	defer db.gate.Leave()
 	if err := db.db.Flush(); err != nil {
 		return fmt.Errorf("state: checkpoint flush: %w", err)
 	}
@@ -192,7 +191,7 @@ func (db *DB) SizeBytes() int64 {
 	if db.enter() != nil {
 		return 0
 	}
-	defer db.gate.leave()
+	defer db.gate.Leave()
 	return int64(db.db.Metrics().DiskSpaceUsage())
 }
 
@@ -229,7 +228,7 @@ func (db *DB) PutBlob(op string, kg int, val []byte) error {
 	if err := db.enter(); err != nil {
 		return err
 	}
-	defer db.gate.leave()
+	defer db.gate.Leave()
 	if err := db.db.Set(binary.BigEndian.AppendUint16(p, uint16(kg)), val, pebble.NoSync); err != nil {
 		return fmt.Errorf("state: put blob %s/%d: %w", op, kg, err)
 	}
@@ -246,7 +245,7 @@ func (db *DB) Blobs(op string, fn func(kg int, val []byte) error) error {
 	if err := db.enter(); err != nil {
 		return err
 	}
-	defer db.gate.leave()
+	defer db.gate.Leave()
 	iter, err := db.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
 		return fmt.Errorf("state: blobs %s: %w", op, err)
@@ -279,7 +278,7 @@ func (db *DB) DeleteBlobs(op string) error {
 	if err := db.enter(); err != nil {
 		return err
 	}
-	defer db.gate.leave()
+	defer db.gate.Leave()
 	if err := db.db.DeleteRange(p, prefixEnd(p), pebble.NoSync); err != nil {
 		return fmt.Errorf("state: delete blobs %s: %w", op, err)
 	}
@@ -295,67 +294,6 @@ func prefixEnd(p []byte) []byte {
 			end[i]++
 			return end[:i+1]
 		}
-	}
-	return nil
-}
-
-// quietLogger drops Pebble's informational logs and sends its errors to
-// slog; Fatalf still stops the process, as Pebble requires.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any) {}
-func (quietLogger) Errorf(format string, args ...any) {
-	slog.Error("state: pebble: " + fmt.Sprintf(format, args...))
-}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("state: pebble fatal: "+format, args...))
-}
-
-// gate lets operations run until Close, and lets Close wait for the running
-// ones. Unlike a read-write mutex it allows an operation's callback to start
-// another operation while Close is waiting: that one fails with ErrClosed
-// instead of deadlocking.
-type gate struct {
-	mu     sync.Mutex
-	idle   sync.Cond
-	active int
-	closed bool
-}
-
-// enter admits an operation; the caller must call leave if it returns nil.
-func (g *gate) enter() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return ErrClosed
-	}
-	g.active++
-	return nil
-}
-
-func (g *gate) leave() {
-	g.mu.Lock()
-	g.active--
-	if g.active == 0 && g.closed {
-		g.idle.Broadcast()
-	}
-	g.mu.Unlock()
-}
-
-// close refuses new operations and waits for the running ones. It returns
-// ErrClosed if the gate was already closed.
-func (g *gate) close() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return ErrClosed
-	}
-	g.closed = true
-	if g.idle.L == nil {
-		g.idle.L = &g.mu
-	}
-	for g.active > 0 {
-		g.idle.Wait()
 	}
 	return nil
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/internal/pebbleutil"
 	"hash/maphash"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -56,7 +56,7 @@ type Store struct {
 	seed    maphash.Seed
 	locks   [lockStripes]sync.Mutex
 
-	gate gate
+	gate pebbleutil.Gate
 
 	// indexSteps counts index iterator steps (for tests of QueryIndex cost).
 	indexSteps atomic.Int64
@@ -82,7 +82,7 @@ func Open(dir string, o Options) (*Store, error) {
 	po := &pebble.Options{
 		Cache:              cache,
 		MemTableSize:       o.MemTableSize,
-		Logger:             quietLogger{},
+		Logger:             pebbleutil.Logger{Prefix: "embedded"},
 		FormatMajorVersion: pebble.FormatNewest,
 	}
 	for i := range po.Levels {
@@ -93,7 +93,7 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open %s: %w", dir, err)
 	}
-	return &Store{db: db, noSync: o.NoSync, metrics: m, seed: maphash.MakeSeed()}, nil
+	return &Store{db: db, noSync: o.NoSync, metrics: m, seed: maphash.MakeSeed(), gate: pebbleutil.Gate{Closed: ErrClosed}}, nil
 }
 
 // Metrics returns the store's metrics.
@@ -102,7 +102,7 @@ func (s *Store) Metrics() *Metrics { return s.metrics }
 // Close waits for running calls, syncs and closes the store. Later calls
 // return ErrClosed.
 func (s *Store) Close() error {
-	if err := s.gate.close(); err != nil {
+	if err := s.gate.Close(); err != nil {
 		return err
 	}
 	if err := s.db.Close(); err != nil {
@@ -113,7 +113,7 @@ func (s *Store) Close() error {
 
 // enter admits an operation unless the store is closed; the caller must
 // call s.gate.leave when done (only if enter returned nil).
-func (s *Store) enter() error { return s.gate.enter() }
+func (s *Store) enter() error { return s.gate.Enter() }
 
 func (s *Store) lock(key []byte) *sync.Mutex {
 	mu := &s.locks[maphash.Bytes(s.seed, key)%lockStripes]
@@ -191,7 +191,7 @@ func (s *Store) Put(ctx context.Context, puts []sink.Put) (refused int, err erro
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	defer s.gate.leave()
+	defer s.gate.Leave()
 	wrote := false
 	for _, p := range puts {
 		if err := ctx.Err(); err != nil {
@@ -261,7 +261,7 @@ func (s *Store) PutFinal(ctx context.Context, puts []sink.FinalPut) (refused int
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	defer s.gate.leave()
+	defer s.gate.Leave()
 	wrote := false
 	for _, p := range puts {
 		if err := ctx.Err(); err != nil {
@@ -308,7 +308,7 @@ func (s *Store) Get(ctx context.Context, k sink.Key) (sink.Item, bool, error) {
 	if err := s.enter(); err != nil {
 		return sink.Item{}, false, err
 	}
-	defer s.gate.leave()
+	defer s.gate.Leave()
 	it, ok, err := s.getItem(k, itemKey(k))
 	if !ok || err != nil {
 		return sink.Item{}, false, err
@@ -328,7 +328,7 @@ func (s *Store) QueryIndex(ctx context.Context, w sink.Writer, ix string, fn fun
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.gate.leave()
+	defer s.gate.Leave()
 	prefix := indexPrefix(w, ix)
 	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
@@ -389,7 +389,7 @@ func (s *Store) removeOrDelete(ctx context.Context, k sink.Key, w sink.Writer, c
 	if err := s.enter(); err != nil {
 		return false, false, err
 	}
-	defer s.gate.leave()
+	defer s.gate.Leave()
 
 	ikey := itemKey(k)
 	mu := s.lock(ikey)
@@ -437,7 +437,7 @@ func (s *Store) ScanOrdered(ctx context.Context, fn func(sink.Item) error) error
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.gate.leave()
+	defer s.gate.Leave()
 	lower := []byte{prefixItem}
 	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
 	if err != nil {
@@ -465,67 +465,6 @@ func (s *Store) ScanOrdered(ctx context.Context, fn func(sink.Item) error) error
 	}
 	if err := iter.Close(); err != nil {
 		return fmt.Errorf("embedded: scan: %w", err)
-	}
-	return nil
-}
-
-// quietLogger drops Pebble's informational logs and sends its errors to
-// slog; Fatalf still stops the process, as Pebble requires.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any) {}
-func (quietLogger) Errorf(format string, args ...any) {
-	slog.Error("embedded: pebble: " + fmt.Sprintf(format, args...))
-}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("embedded: pebble fatal: "+format, args...))
-}
-
-// gate lets operations run until Close, and lets Close wait for the running
-// ones. Unlike a read-write mutex it allows an operation's callback to start
-// another operation while Close is waiting: that one fails with ErrClosed
-// instead of deadlocking.
-type gate struct {
-	mu     sync.Mutex
-	idle   sync.Cond
-	active int
-	closed bool
-}
-
-// enter admits an operation; the caller must call leave if it returns nil.
-func (g *gate) enter() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return ErrClosed
-	}
-	g.active++
-	return nil
-}
-
-func (g *gate) leave() {
-	g.mu.Lock()
-	g.active--
-	if g.active == 0 && g.closed {
-		g.idle.Broadcast()
-	}
-	g.mu.Unlock()
-}
-
-// close refuses new operations and waits for the running ones. It returns
-// ErrClosed if the gate was already closed.
-func (g *gate) close() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return ErrClosed
-	}
-	g.closed = true
-	if g.idle.L == nil {
-		g.idle.L = &g.mu
-	}
-	for g.active > 0 {
-		g.idle.Wait()
 	}
 	return nil
 }

@@ -488,10 +488,7 @@ func TestCloseWhileCallbackWrites(t *testing.T) {
 	err := s.QueryIndex(ctx, sink.Fast, sink.IndexKey(3, k), func(it sink.Item) error {
 		close(started)
 		for { // wait until Close is waiting for us
-			s.gate.mu.Lock()
-			c := s.gate.closed
-			s.gate.mu.Unlock()
-			if c {
+			if s.gate.IsClosed() {
 				break
 			}
 			runtime.Gosched()

@@ -21,7 +21,7 @@ func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.gate.leave()
+	defer s.gate.Leave()
 	if err := ctx.Err(); err != nil {
 		return s.finish(false, fmt.Errorf("embedded: set totals: %w", err))
 	}
@@ -49,7 +49,7 @@ func (s *Store) TotalsWritten(ctx context.Context, epoch int64, fn func(sink.Tot
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.gate.leave()
+	defer s.gate.Leave()
 	prefix := epochPrefix(epoch)
 	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
@@ -82,7 +82,7 @@ func (s *Store) DeleteTotals(ctx context.Context, keys []sink.TotalKey) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.gate.leave()
+	defer s.gate.Leave()
 	wrote := false
 	for _, k := range keys {
 		if err := ctx.Err(); err != nil {
@@ -147,7 +147,7 @@ func (s *Store) ForgetEpochs(ctx context.Context, from, to int64) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
-	defer s.gate.leave()
+	defer s.gate.Leave()
 	lower, upper := epochPrefix(from), epochPrefix(to)
 	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
@@ -208,7 +208,7 @@ func (s *Store) GetTotal(ctx context.Context, k sink.TotalKey) (sink.Total, bool
 	if err := s.enter(); err != nil {
 		return sink.Total{}, false, err
 	}
-	defer s.gate.leave()
+	defer s.gate.Leave()
 	v, closer, err := s.db.Get(totalKey(k))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return sink.Total{}, false, nil
