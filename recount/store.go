@@ -221,3 +221,36 @@ func (f *Folder) Delete(ctx context.Context, key string) error {
 	}
 	return nil
 }
+
+// RemoveTemp deletes the temporary files a writer killed in the middle of a
+// Put left behind (".tmp-*"), and the folders that leaves empty. Call it
+// only while no writer uses the folder (the job does, on restore).
+func (f *Folder) RemoveTemp() (int, error) {
+	n := 0
+	var dirs []string
+	err := filepath.WalkDir(f.dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != f.dir {
+				dirs = append(dirs, p)
+			}
+			return nil
+		}
+		if strings.HasPrefix(d.Name(), ".tmp-") {
+			if err := os.Remove(p); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("recount: remove temporary files: %w", err)
+	}
+	for i := len(dirs) - 1; i >= 0; i-- { // deepest first
+		os.Remove(dirs[i]) // fails, as it should, unless empty
+	}
+	return n, nil
+}

@@ -252,6 +252,11 @@ func TestValkeyKilledAndRestarted(t *testing.T) {
 	slices.SortFunc(keys, func(a, b sink.Key) int { return strings.Compare(a.Entity+a.Bucket, b.Entity+b.Bucket) })
 	for _, k := range keys {
 		it := items[k]
+		if !it.Fast.Present {
+			// An hour row with late totals only: no minute of the hour was
+			// on time, so it never had a running total.
+			continue
+		}
 		start, hour, err := sink.ParseBucket(k.Bucket)
 		if err != nil {
 			t.Fatal(err)

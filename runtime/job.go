@@ -189,7 +189,14 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		}
 	}
 	// The lake is a writer like the others: objects of epochs ≥ c hold
-	// verdicts the restored run has not made.
+	// verdicts the restored run has not made. A local lake may also hold
+	// temporary files of a writer killed mid-write.
+	if f, ok := j.lake.(*recount.Folder); ok {
+		if _, err := f.RemoveTemp(); err != nil {
+			j.Close()
+			return nil, err
+		}
+	}
 	removed, err := recount.RemoveEpochs(ctx, j.lake, j.c)
 	if err != nil {
 		j.Close()

@@ -491,7 +491,7 @@ func TestRestoreRemovesLakeEpochs(t *testing.T) {
 	after, mans := lakeEpochs(t, lakeDir)
 	for _, e := range append(after, mans...) {
 		if e >= c {
-			t.Errorf("after restoring checkpoint %d the lake still holds an object or manifest of epoch %d", c, e)
+			t.Errorf("after restoring checkpoint %d the lake still holds an object or manifest of epoch %d (objects %v, manifests %v)", c, e, after, mans)
 		}
 	}
 	if len(after) != len(before)-wantRemoved {
