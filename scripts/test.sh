@@ -244,8 +244,7 @@ declare -A SPID=() SPORT=() WPID=()
 server_cmd() {
 	case "$1" in
 	kinesalite) CMD=(node "$SERVERS_DIR/kinesalite.js" "$2") ;;
-	dynalite) CMD=(node "$NM/dynalite/cli.js" --host 127.0.0.1 --port "$2"
-		--createTableMs 0 --deleteTableMs 0 --updateTableMs 0) ;;
+	dynalite) CMD=(node "$SERVERS_DIR/dynalite.js" "$2") ;;
 	s3rver) CMD=(node "$NM/s3rver/bin/s3rver.js" -d "$TMP/s3" -a 127.0.0.1 -p "$2") ;;
 	redis) CMD=(redis-server --bind 127.0.0.1 --port "$2" --save '' --appendonly no
 		--dir "$TMP/redis") ;;

@@ -12,6 +12,17 @@ if (!Number.isInteger(port) || port <= 0 || port > 65535) {
   process.exit(2);
 }
 
+// Like dynalite, kinesalite throws when a client goes away in the middle of
+// a request (a job killed by a crash test); log it and go on.
+process.on('uncaughtException', (err) => {
+  if (err && (err.code === 'ECONNRESET' || err.code === 'EPIPE' || err.message === 'aborted')) {
+    console.error('kinesalite: client went away mid-request (%s); going on', err.code || err.message);
+    return;
+  }
+  console.error('kinesalite: ' + (err && err.stack ? err.stack : err));
+  process.exit(1);
+});
+
 const server = require('kinesalite')({
   createStreamMs: 0,
   deleteStreamMs: 0,
