@@ -157,6 +157,29 @@ type Writer struct {
 	buf     bytes.Buffer
 	written int64
 	bytes   int64
+
+	// SpillRows is the number of buffered records at which Spill writes
+	// them; default DefaultSpillRows.
+	SpillRows int
+	// The epoch being written in chunks, its next chunk number, and the
+	// keys its chunks wrote so far (its manifest lists them all).
+	chunkEpoch int64
+	chunk      int
+	epochKeys  []string
+}
+
+// DefaultSpillRows bounds a writer's buffer: past it, Spill writes the
+// records out (a chunk), so memory does not grow with the checkpoint
+// interval.
+const DefaultSpillRows = 1 << 18
+
+// chunkKey returns the key of chunk k of (hour, part, epoch): chunk 0 is
+// ObjectKey; later chunks are part-<part>-c<k>-e<epoch>.parquet.
+func chunkKey(hourMs int64, part string, epoch int64, k int) string {
+	if k == 0 {
+		return ObjectKey(hourMs, part, epoch)
+	}
+	return HourPrefix(hourMs) + "part-" + part + "-c" + strconv.Itoa(k) + "-e" + epochString(epoch) + ".parquet"
 }
 
 // NewWriter returns a writer of part (letters, digits, '-', '_'; for
@@ -188,45 +211,82 @@ func (w *Writer) Buffered() int { return w.n }
 // Written returns the rows and bytes written by Flush so far.
 func (w *Writer) Written() (rows, bytes int64) { return w.written, w.bytes }
 
+// Spill writes the buffered records, all of checkpoint epoch epoch, if
+// there are at least SpillRows of them, as one more chunk of that epoch.
+// The runtime calls it between records; Flush at the barrier writes the
+// rest. Like Flush, it writes the epoch's manifest (every key of the epoch
+// so far) before the objects.
+func (w *Writer) Spill(ctx context.Context, epoch int64) error {
+	limit := w.SpillRows
+	if limit <= 0 {
+		limit = DefaultSpillRows
+	}
+	if w.n < limit {
+		return nil
+	}
+	return w.writeChunk(ctx, epoch)
+}
+
 // Flush writes the buffered records, all of checkpoint epoch epoch (the
 // id of the last barrier passed before them, or the restored checkpoint id),
-// as one object per hour, and forgets them. It first writes the epoch's
-// manifest (see RemoveEpochs). The runtime calls it at each barrier before
-// acknowledging it; when it returns nil the objects are durable. With
-// nothing buffered it writes nothing. On error the records stay buffered.
+// as one object per hour (per chunk, see Spill), and forgets them. It first
+// writes the epoch's manifest (see RemoveEpochs). The runtime calls it at
+// each barrier before acknowledging it; when it returns nil the objects are
+// durable, and the next records belong to another epoch. With nothing
+// buffered it writes nothing. On error the records stay buffered.
 func (w *Writer) Flush(ctx context.Context, epoch int64) error {
+	err := w.writeChunk(ctx, epoch)
+	if err == nil {
+		w.chunk, w.epochKeys = 0, w.epochKeys[:0]
+	}
+	return err
+}
+
+func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
 	if w.n == 0 {
 		return nil
 	}
+	if w.chunk > 0 && w.chunkEpoch != epoch {
+		// An epoch's chunks are always closed by Flush; start afresh if the
+		// caller moved on without one.
+		w.chunk, w.epochKeys = 0, w.epochKeys[:0]
+	}
+	w.chunkEpoch = epoch
 	hours := make([]int64, 0, len(w.hours))
 	for h := range w.hours {
 		hours = append(hours, h)
 	}
 	slices.Sort(hours)
-	var man strings.Builder
+	keys := len(w.epochKeys)
 	for _, h := range hours {
-		man.WriteString(ObjectKey(h, w.part, epoch))
+		w.epochKeys = append(w.epochKeys, chunkKey(h, w.part, epoch, w.chunk))
+	}
+	var man strings.Builder
+	for _, k := range w.epochKeys {
+		man.WriteString(k)
 		man.WriteByte('\n')
 	}
 	if err := w.store.Put(ctx, manifestKey(epoch, w.part), []byte(man.String())); err != nil {
+		w.epochKeys = w.epochKeys[:keys]
 		return fmt.Errorf("recount: flush epoch %d: %w", epoch, err)
 	}
-	for _, h := range hours {
+	for i, h := range hours {
 		rows := w.hours[h]
-		for i := range rows {
-			rows[i].Epoch = epoch
+		for j := range rows {
+			rows[j].Epoch = epoch
 		}
 		data, err := w.encode(rows)
 		if err != nil {
 			return fmt.Errorf("recount: flush epoch %d: %w", epoch, err)
 		}
-		if err := w.store.Put(ctx, ObjectKey(h, w.part, epoch), data); err != nil {
+		if err := w.store.Put(ctx, w.epochKeys[keys+i], data); err != nil {
 			return fmt.Errorf("recount: flush epoch %d: %w", epoch, err)
 		}
 		w.written += int64(len(rows))
 		w.bytes += int64(len(data))
 	}
-	// Keep the per-hour slices' memory for the next epoch, but drop the
+	w.chunk++
+	// Keep the per-hour slices' memory for the next chunk, but drop the
 	// strings they reference.
 	for h, rows := range w.hours {
 		clear(rows)

@@ -190,7 +190,7 @@ func (d *driver) consume(ctx context.Context, r record, virtual bool) error {
 			rec.Raw = string(r.line)
 		}
 		d.lake.Add(rec)
-		return nil
+		return d.lake.Spill(ctx, d.lakeEpoch)
 	}
 	d.wms.Observe(c.Shard, c.EventMs, d.procMs)
 	o := windowing.Owner(windowing.KeyGroup(c.ClickID), len(d.batches))

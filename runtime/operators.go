@@ -135,6 +135,10 @@ func (s *preSub) handle(ctx context.Context, msg toPre) error {
 		if err := s.forward(ctx, parts, msg.procMs); err != nil {
 			return err
 		}
+		// Bound the lake's buffer: write a chunk of this epoch when it is big.
+		if err := s.lake.Spill(ctx, s.epoch); err != nil {
+			return err
+		}
 		s.lat.add(time.Now().UnixNano() - msg.sentNs)
 		return nil
 	case mTick:
