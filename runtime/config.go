@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"strconv"
 	"strings"
@@ -63,7 +64,8 @@ type Config struct {
 	CheckpointIntervalMs int64 // default 30,000
 	CheckpointPauseMs    int64 // minimum pause between checkpoints; default 5,000
 	CheckpointsKept      int   // default 3
-	// FlushWritesPerSec limits the full flush's own writes; default 500.
+	// FlushWritesPerSec limits the full flush's own writes; default 500 for
+	// an external row store (DynamoDB), unlimited for the embedded one.
 	FlushWritesPerSec float64
 	// NoDedup and NoCheckpoint are for benchmarks only.
 	NoDedup, NoCheckpoint bool
@@ -144,7 +146,12 @@ func (c *Config) EnsureDefaults() {
 		c.CheckpointsKept = 3
 	}
 	if c.FlushWritesPerSec == 0 {
+		// The limit keeps the flush from taking live output's write
+		// capacity in a shared store; the embedded store has none to share.
 		c.FlushWritesPerSec = 500
+		if c.Rows == nil {
+			c.FlushWritesPerSec = math.Inf(1)
+		}
 	}
 	if c.ChannelCapacity == 0 {
 		c.ChannelCapacity = 64

@@ -41,22 +41,23 @@ reused with --trace).`
 
 // BenchResult is one variant's measurement.
 type BenchResult struct {
-	Name             string  `json:"name"`
-	Clicks           int64   `json:"clicks"`
-	Seconds          float64 `json:"seconds"`
-	ClicksPerSec     float64 `json:"clicks_per_sec"`
-	CPUSeconds       float64 `json:"cpu_seconds"`
-	CoresUsed        float64 `json:"cores_used"`
-	ClicksPerSecCore float64 `json:"clicks_per_sec_per_core"`
-	BatchP50Ms       float64 `json:"batch_latency_p50_ms"`
-	BatchP99Ms       float64 `json:"batch_latency_p99_ms"`
-	PeakRSSBytes     int64   `json:"peak_rss_bytes"`
-	StateBytes       int64   `json:"state_bytes"`
-	Checkpoints      int64   `json:"checkpoints"`
-	LastCheckpointMs int64   `json:"last_checkpoint_ms"`
-	LastCheckpointB  int64   `json:"last_checkpoint_bytes"`
-	RatioToLimit     float64 `json:"ratio_to_limit"`
-	Error            string  `json:"error,omitempty"`
+	Name              string  `json:"name"`
+	Clicks            int64   `json:"clicks"`
+	Seconds           float64 `json:"seconds"`
+	ClicksPerSec      float64 `json:"clicks_per_sec"`
+	CPUSeconds        float64 `json:"cpu_seconds"`
+	CoresUsed         float64 `json:"cores_used"`
+	ClicksPerSecCore  float64 `json:"clicks_per_sec_per_core"`
+	BatchP50Ms        float64 `json:"batch_latency_p50_ms"`
+	BatchP99Ms        float64 `json:"batch_latency_p99_ms"`
+	PeakRSSBytes      int64   `json:"peak_rss_bytes"`
+	StateBytes        int64   `json:"state_bytes"`
+	Checkpoints       int64   `json:"checkpoints"`
+	LastCheckpointMs  int64   `json:"last_checkpoint_ms"`
+	LastCheckpointB   int64   `json:"last_checkpoint_bytes"`
+	LastCheckpointNew int64   `json:"last_checkpoint_new_bytes"`
+	RatioToLimit      float64 `json:"ratio_to_limit"`
+	Error             string  `json:"error,omitempty"`
 }
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -125,14 +126,15 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"results": results})
 	}
-	fmt.Fprintf(stdout, "%-22s %12s %14s %7s %10s %10s %10s %11s %11s %8s\n", "variant", "clicks/s", "clicks/s/core", "cores", "p50 ms", "p99 ms", "peak RSS", "state", "last ckpt", "÷limit")
+	fmt.Fprintf(stdout, "%-22s %12s %14s %7s %10s %10s %10s %11s %11s %11s %8s\n", "variant", "clicks/s", "clicks/s/core", "cores", "p50 ms", "p99 ms", "peak RSS", "state", "last ckpt", "ckpt new", "÷limit")
 	for _, r := range results {
 		if r.Error != "" {
 			fmt.Fprintf(stdout, "%-22s error: %s\n", r.Name, r.Error)
 			continue
 		}
-		fmt.Fprintf(stdout, "%-22s %12.0f %14.0f %7.2f %10.2f %10.2f %9.0fM %10.0fM %8dms %8.2f\n", r.Name, r.ClicksPerSec, r.ClicksPerSecCore,
-			r.CoresUsed, r.BatchP50Ms, r.BatchP99Ms, float64(r.PeakRSSBytes)/1e6, float64(r.StateBytes)/1e6, r.LastCheckpointMs, r.RatioToLimit)
+		fmt.Fprintf(stdout, "%-22s %12.0f %14.0f %7.2f %10.2f %10.2f %9.0fM %10.0fM %8dms %10.0fM %8.2f\n", r.Name, r.ClicksPerSec, r.ClicksPerSecCore,
+			r.CoresUsed, r.BatchP50Ms, r.BatchP99Ms, float64(r.PeakRSSBytes)/1e6, float64(r.StateBytes)/1e6, r.LastCheckpointMs,
+			float64(r.LastCheckpointNew)/1e6, r.RatioToLimit)
 	}
 	return nil
 }
@@ -224,7 +226,7 @@ func runVariant(ctx context.Context, self, v, trace, tmp, cpuprofile string, par
 		r.Clicks = s.Records
 		r.BatchP50Ms, r.BatchP99Ms = float64(s.BatchLatencyP50)/1e6, float64(s.BatchLatencyP99)/1e6
 		r.StateBytes, r.Checkpoints = s.StateBytes, s.Checkpoints
-		r.LastCheckpointMs, r.LastCheckpointB = s.LastCheckpointMs, s.LastCheckpointB
+		r.LastCheckpointMs, r.LastCheckpointB, r.LastCheckpointNew = s.LastCheckpointMs, s.LastCheckpointB, s.LastUploadedB
 	}
 	if r.Seconds > 0 {
 		r.ClicksPerSec = float64(r.Clicks) / r.Seconds

@@ -84,7 +84,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Int64Var(&cfg.EarlyFiringMs, "early-firing-ms", 1000, "running totals for dashboards every this many ms")
 	fs.Int64Var(&cfg.CheckpointIntervalMs, "checkpoint-interval-ms", 30000, "checkpoint interval (virtual time in a file replay)")
 	fs.IntVar(&cfg.CheckpointsKept, "checkpoints-kept", 3, "completed checkpoints kept")
-	fs.Float64Var(&cfg.FlushWritesPerSec, "flush-writes-per-sec", 500, "rate limit of the full flush's own writes after a restore")
+	fs.Float64Var(&cfg.FlushWritesPerSec, "flush-writes-per-sec", 0, "rate limit of the full flush's own writes after a restore (0 = 500 for DynamoDB, unlimited for the embedded store)")
 	fs.BoolVar(&cfg.VerifyFlush, "verify-flush", false, "testing: after the flush on start, check that the running totals equal restored state, and fail if not")
 	fs.Int64Var(&cfg.FailAfterRecords, "fail-after-records", 0, "testing: exit abruptly (code 137, no cleanup, no checkpoint) after this many records")
 	progress := fs.Duration("progress", 5*time.Second, "interval of the progress line (0 = none)")
