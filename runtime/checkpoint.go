@@ -29,7 +29,10 @@ type Meta struct {
 	DurationMs  int64             `json:"duration_ms"`
 	SizeBytes   int64             `json:"size_bytes"`
 	Uploaded    int64             `json:"uploaded_bytes"`
-	Final       bool              `json:"final,omitempty"`
+	// NewBytes are the bytes of state files the previous checkpoint did not
+	// have (what an incremental checkpoint adds).
+	NewBytes int64 `json:"new_bytes"`
+	Final    bool  `json:"final,omitempty"`
 }
 
 // checkpoints builds checkpoints in a local scratch folder and keeps them
@@ -40,6 +43,7 @@ type checkpoints struct {
 	store   ckptstore.Store
 	dataDir string
 	keep    int
+	prev    map[string]int64 // state files of the previous checkpoint: name → size
 }
 
 func newCheckpoints(dataDir string, store ckptstore.Store, keep int) (*checkpoints, error) {
@@ -104,6 +108,13 @@ func (c *checkpoints) put(ctx context.Context, m Meta, savepoint bool, began tim
 		return Meta{}, "", err
 	}
 	m.SizeBytes = dirSize(dir)
+	files := stateFiles(filepath.Join(dir, "state"))
+	for name, size := range files {
+		if c.prev[name] != size {
+			m.NewBytes += size
+		}
+	}
+	c.prev = files
 	m.DurationMs = time.Since(began).Milliseconds()
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -195,4 +206,19 @@ func dirSize(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// stateFiles lists the files of a Pebble checkpoint by name with their sizes.
+func stateFiles(dir string) map[string]int64 {
+	out := make(map[string]int64)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return out
+	}
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && !e.IsDir() {
+			out[e.Name()] = fi.Size()
+		}
+	}
+	return out
 }

@@ -387,7 +387,7 @@ type Stats struct {
 	Checkpoints      int64 `json:"checkpoints"`
 	LastCheckpointMs int64 `json:"last_checkpoint_duration_ms"`
 	LastCheckpointB  int64 `json:"last_checkpoint_bytes"`
-	LastUploadedB    int64 `json:"last_checkpoint_uploaded_bytes"`
+	LastUploadedB    int64 `json:"last_checkpoint_new_bytes"`
 	RestoreMs        int64 `json:"restore_ms"`
 }
 
@@ -405,7 +405,7 @@ func (j *Job) Stats() Stats {
 		s.StateBytes = j.st.SizeBytes()
 	}
 	if c := st.LastCheckpoint; c != nil {
-		s.LastCheckpointMs, s.LastCheckpointB, s.LastUploadedB = c.DurationMs, c.SizeBytes, c.Uploaded
+		s.LastCheckpointMs, s.LastCheckpointB, s.LastUploadedB = c.DurationMs, c.SizeBytes, c.NewBytes
 	}
 	return s
 }
