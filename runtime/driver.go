@@ -437,6 +437,14 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 			}
 		}
 	}
+	// A running-total store that writes back (the embedded one) makes
+	// everything set before this barrier durable before the checkpoint can
+	// be restored.
+	if ts, ok := j.totals.(interface{ Sync(context.Context) error }); ok {
+		if err := ts.Sync(ctx); err != nil {
+			return Meta{}, "", fmt.Errorf("runtime: checkpoint %d: sync running totals: %w", id, err)
+		}
+	}
 	fp, desc := j.cfg.fingerprint()
 	wm := d.wms.Current()
 	if wm == math.MaxInt64 {

@@ -58,6 +58,10 @@ type Store struct {
 
 	gate pebbleutil.Gate
 
+	// Running totals are written back: kept in memory and written to disk
+	// by Sync (see totals.go).
+	tot totalsBuffer
+
 	// indexSteps counts index iterator steps (for tests of QueryIndex cost).
 	indexSteps atomic.Int64
 }
@@ -102,8 +106,14 @@ func (s *Store) Metrics() *Metrics { return s.metrics }
 // Close waits for running calls, syncs and closes the store. Later calls
 // return ErrClosed.
 func (s *Store) Close() error {
+	// Running totals still in memory go to disk first.
+	serr := s.Sync(context.Background())
 	if err := s.gate.Close(); err != nil {
 		return err
+	}
+	if serr != nil {
+		s.db.Close()
+		return serr
 	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("embedded: close: %w", err)

@@ -192,7 +192,12 @@ func TestSurvivesKill(t *testing.T) {
 				os.Exit(2)
 			}
 		}
+		// Running totals are written back: durable once Sync returns (the
+		// runtime syncs at every checkpoint).
 		if err := s.SetTotals(ctx, []sink.Total{{Ad: "ad_01", StartMs: 60_000, Valid: 3, Epoch: 5}}); err != nil {
+			os.Exit(2)
+		}
+		if err := s.Sync(ctx); err != nil {
 			os.Exit(2)
 		}
 		os.Exit(0) // no Close: the memtable is lost, only the synced log remains
@@ -216,7 +221,7 @@ func TestSurvivesKill(t *testing.T) {
 		t.Errorf("after kill: %d items (err %v), want 50", n, err)
 	}
 	if _, ok, _ := s.GetTotal(ctx, sink.TotalKey{Ad: "ad_01", StartMs: 60_000}); !ok {
-		t.Errorf("total written before the kill is missing")
+		t.Errorf("total synced before the kill is missing")
 	}
 }
 
@@ -504,5 +509,47 @@ func TestCloseWhileCallbackWrites(t *testing.T) {
 	}
 	if err := <-closed; err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestTotalsWriteBack: totals are visible at once, on disk after Sync, and
+// TotalsWritten and DeleteTotals see the ones not yet synced.
+func TestTotalsWriteBack(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := sink.Total{Ad: "ad_1", StartMs: 60_000, Valid: 3, SpendMicros: 30, Epoch: 7}
+	b := sink.Total{Ad: "ad_2", StartMs: 60_000, Valid: 4, SpendMicros: 40, Epoch: 7}
+	if err := s.SetTotals(ctx, []sink.Total{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := s.GetTotal(ctx, a.Key()); err != nil || !ok || got != a {
+		t.Fatalf("GetTotal before Sync = %+v, %v, %v; want %+v", got, ok, err, a)
+	}
+	var keys []sink.TotalKey
+	if err := s.TotalsWritten(ctx, 7, func(k sink.TotalKey) error { keys = append(keys, k); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 {
+		t.Fatalf("TotalsWritten(7) = %v, want both keys", keys)
+	}
+	if err := s.DeleteTotals(ctx, []sink.TotalKey{b.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	a.Valid = 5
+	if err := s.SetTotals(ctx, []sink.Total{a}); err != nil { // pending again at Close
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openDir(t, dir)
+	if got, ok, _ := s.GetTotal(ctx, a.Key()); !ok || got.Valid != 5 {
+		t.Errorf("after Close and reopen: %+v (present %v), want valid 5", got, ok)
+	}
+	if _, ok, _ := s.GetTotal(ctx, b.Key()); ok {
+		t.Errorf("a deleted total came back after reopen")
 	}
 }

@@ -4,14 +4,39 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/adclick/adclick/sink"
 )
 
-// SetTotals writes absolute totals and records each key under its epoch
-// (t.Epoch). Each total is written atomically with its epoch entries.
+// totalsBuffer holds running totals not yet on disk. Like Valkey, the
+// running totals are a cache for dashboards: SetTotals only updates memory,
+// and Sync writes what changed (values and epoch records) in one batch. The
+// runtime calls Sync while the graph is stopped at every checkpoint, before
+// the checkpoint completes, so every total set before a checkpoint's
+// barrier is on disk before that checkpoint can be restored; totals set
+// later are lost with a crash, and the flush after the restore rewrites
+// what restored state implies.
+type totalsBuffer struct {
+	mu       sync.Mutex
+	vals     map[sink.TotalKey]sink.Total
+	epochs   map[int64]map[sink.TotalKey]struct{}
+	flushing *totalsPending // being written by Sync; still visible to readers
+	// syncMu orders Sync against DeleteTotals, ForgetEpochs and
+	// TotalsWritten, which read or change what Sync writes.
+	syncMu sync.Mutex
+}
+
+type totalsPending struct {
+	vals   map[sink.TotalKey]sink.Total
+	epochs map[int64]map[sink.TotalKey]struct{}
+}
+
+// SetTotals records absolute totals and each key under its epoch
+// (t.Epoch), in memory; Sync makes them durable. Within a call, and
+// across calls, the last total for a key wins, as in Valkey.
 func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) error {
 	for _, t := range ts {
 		if t.Ad == "" {
@@ -23,29 +48,122 @@ func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) error {
 	}
 	defer s.gate.Leave()
 	if err := ctx.Err(); err != nil {
-		return s.finish(false, fmt.Errorf("embedded: set totals: %w", err))
+		return fmt.Errorf("embedded: set totals: %w", err)
 	}
-	// One batch for the call: it commits atomically, so a reader never sees
-	// a value without its epoch records; within it the last total for a
-	// key wins, as in Valkey.
-	b := s.db.NewBatch()
-	defer b.Close()
+	b := &s.tot
+	b.mu.Lock()
+	if b.vals == nil {
+		b.vals = make(map[sink.TotalKey]sink.Total)
+		b.epochs = make(map[int64]map[sink.TotalKey]struct{})
+	}
 	for _, t := range ts {
 		k := t.Key()
-		_ = b.Set(totalKey(k), encodeTotal(t), nil)
-		_ = b.Set(epochKey(t.Epoch, k), nil, nil)
-		_ = b.Set(reverseKey(k, t.Epoch), nil, nil)
+		b.vals[k] = t
+		e := b.epochs[t.Epoch]
+		if e == nil {
+			e = make(map[sink.TotalKey]struct{})
+			b.epochs[t.Epoch] = e
+		}
+		e[k] = struct{}{}
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return s.finish(false, fmt.Errorf("embedded: set totals: %w", err))
-	}
+	b.mu.Unlock()
 	s.metrics.Writes.WithLabelValues("set_total").Add(float64(len(ts)))
-	return s.finish(len(ts) > 0, nil)
+	return nil
+}
+
+// Sync writes the running totals set since the last Sync, with their epoch
+// records, to disk in one atomic batch. It is safe to call at any time.
+func (s *Store) Sync(ctx context.Context) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.gate.Leave()
+	b := &s.tot
+	b.syncMu.Lock()
+	defer b.syncMu.Unlock()
+	b.mu.Lock()
+	p := &totalsPending{vals: b.vals, epochs: b.epochs}
+	b.vals, b.epochs = nil, nil
+	b.flushing = p
+	b.mu.Unlock()
+	err := s.writeTotals(ctx, p)
+	b.mu.Lock()
+	if err != nil {
+		// Put them back under anything set meanwhile (which is newer).
+		for k, t := range p.vals {
+			if _, ok := b.vals[k]; !ok {
+				if b.vals == nil {
+					b.vals = make(map[sink.TotalKey]sink.Total)
+				}
+				b.vals[k] = t
+			}
+		}
+		for e, ks := range p.epochs {
+			if b.epochs == nil {
+				b.epochs = make(map[int64]map[sink.TotalKey]struct{})
+			}
+			m := b.epochs[e]
+			if m == nil {
+				m = make(map[sink.TotalKey]struct{})
+				b.epochs[e] = m
+			}
+			for k := range ks {
+				m[k] = struct{}{}
+			}
+		}
+	}
+	b.flushing = nil
+	b.mu.Unlock()
+	return err
+}
+
+func (s *Store) writeTotals(ctx context.Context, p *totalsPending) error {
+	if len(p.vals) == 0 && len(p.epochs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("embedded: sync totals: %w", err)
+	}
+	batch := s.db.NewBatch()
+	defer batch.Close()
+	for k, t := range p.vals {
+		_ = batch.Set(totalKey(k), encodeTotal(t), nil)
+	}
+	for e, ks := range p.epochs {
+		for k := range ks {
+			_ = batch.Set(epochKey(e, k), nil, nil)
+			_ = batch.Set(reverseKey(k, e), nil, nil)
+		}
+	}
+	if err := batch.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("embedded: sync totals: %w", err)
+	}
+	return s.finish(true, nil)
+}
+
+// pendingTotal returns a total set but not yet on disk.
+func (s *Store) pendingTotal(k sink.TotalKey) (sink.Total, bool) {
+	b := &s.tot
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if t, ok := b.vals[k]; ok {
+		return t, true
+	}
+	if b.flushing != nil {
+		if t, ok := b.flushing.vals[k]; ok {
+			return t, true
+		}
+	}
+	return sink.Total{}, false
 }
 
 // TotalsWritten calls fn for every total key recorded under epoch, in key
 // order. fn may write to the store.
 func (s *Store) TotalsWritten(ctx context.Context, epoch int64, fn func(sink.TotalKey) error) error {
+	// Pending totals first go to disk, so that one ordered scan sees all.
+	if err := s.Sync(ctx); err != nil {
+		return err
+	}
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -79,10 +197,16 @@ func (s *Store) TotalsWritten(ctx context.Context, epoch int64, fn func(sink.Tot
 // DeleteTotals deletes the totals and forgets them from every epoch that
 // recorded them. Deleting a missing total is not an error.
 func (s *Store) DeleteTotals(ctx context.Context, keys []sink.TotalKey) error {
+	if err := s.Sync(ctx); err != nil {
+		return err
+	}
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.gate.Leave()
+	s.tot.syncMu.Lock()
+	defer s.tot.syncMu.Unlock()
+	s.forgetPending(keys)
 	wrote := false
 	for _, k := range keys {
 		if err := ctx.Err(); err != nil {
@@ -144,10 +268,22 @@ func (s *Store) ForgetEpochs(ctx context.Context, from, to int64) error {
 	if from >= to {
 		return nil
 	}
+	if err := s.Sync(ctx); err != nil {
+		return err
+	}
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.gate.Leave()
+	s.tot.syncMu.Lock()
+	defer s.tot.syncMu.Unlock()
+	s.tot.mu.Lock()
+	for e := range s.tot.epochs {
+		if e >= from && e < to {
+			delete(s.tot.epochs, e)
+		}
+	}
+	s.tot.mu.Unlock()
 	lower, upper := epochPrefix(from), epochPrefix(to)
 	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
@@ -209,6 +345,9 @@ func (s *Store) GetTotal(ctx context.Context, k sink.TotalKey) (sink.Total, bool
 		return sink.Total{}, false, err
 	}
 	defer s.gate.Leave()
+	if t, ok := s.pendingTotal(k); ok {
+		return t, true, nil
+	}
 	v, closer, err := s.db.Get(totalKey(k))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return sink.Total{}, false, nil
@@ -222,4 +361,18 @@ func (s *Store) GetTotal(ctx context.Context, k sink.TotalKey) (sink.Total, bool
 		return sink.Total{}, false, derr
 	}
 	return t, true, nil
+}
+
+// forgetPending drops keys from the totals not yet on disk (a DeleteTotals
+// racing a SetTotals of the same key; the runtime does not do that).
+func (s *Store) forgetPending(keys []sink.TotalKey) {
+	b := &s.tot
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, k := range keys {
+		delete(b.vals, k)
+		for _, m := range b.epochs {
+			delete(m, k)
+		}
+	}
 }
