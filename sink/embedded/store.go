@@ -198,26 +198,7 @@ func (s *Store) Put(ctx context.Context, puts []sink.Put) (refused int, err erro
 			return 0, err
 		}
 	}
-	if err := s.enter(); err != nil {
-		return 0, err
-	}
-	defer s.gate.Leave()
-	wrote := false
-	for _, p := range puts {
-		if err := ctx.Err(); err != nil {
-			return refused, s.finish(wrote, fmt.Errorf("embedded: put: %w", err))
-		}
-		ok, err := s.putOne(p)
-		if err != nil {
-			return refused, s.finish(wrote, err)
-		}
-		if ok {
-			wrote = true
-		} else {
-			refused++
-		}
-	}
-	return refused, s.finish(wrote, nil)
+	return applyEach(ctx, s, "put", puts, s.putOne)
 }
 
 func (s *Store) putOne(p sink.Put) (bool, error) {
@@ -268,16 +249,23 @@ func (s *Store) PutFinal(ctx context.Context, puts []sink.FinalPut) (refused int
 			return 0, err
 		}
 	}
+	return applyEach(ctx, s, "put final", puts, s.putFinalOne)
+}
+
+// applyEach applies one conditional write per element (one returns false
+// when the condition refused it), counts the refusals, and syncs the log
+// once for the call.
+func applyEach[T any](ctx context.Context, s *Store, op string, xs []T, one func(T) (bool, error)) (refused int, err error) {
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
 	defer s.gate.Leave()
 	wrote := false
-	for _, p := range puts {
+	for _, x := range xs {
 		if err := ctx.Err(); err != nil {
-			return refused, s.finish(wrote, fmt.Errorf("embedded: put final: %w", err))
+			return refused, s.finish(wrote, fmt.Errorf("embedded: %s: %w", op, err))
 		}
-		ok, err := s.putFinalOne(p)
+		ok, err := one(x)
 		if err != nil {
 			return refused, s.finish(wrote, err)
 		}
