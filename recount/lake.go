@@ -2,6 +2,7 @@ package recount
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -149,9 +150,16 @@ func validPart(part string) error {
 // not safe for concurrent use: each runtime writer (pre-aggregator subtask,
 // source) owns one.
 type Writer struct {
-	store   Store
-	part    string
-	hours   map[int64][]Row
+	store Store
+	part  string
+	// bufs holds the buffered rows, one entry per hour in order of first
+	// Add; idx maps an hour to its entry and last is the entry of the last
+	// Add (clicks come mostly in one hour, so most Adds skip the map).
+	bufs []hourRows
+	idx  map[int64]int
+	last int
+	// free keeps row slices of earlier chunks for reuse, largest first.
+	free    [][]Row
 	n       int
 	pw      *parquet.GenericWriter[Row]
 	buf     bytes.Buffer
@@ -188,21 +196,58 @@ func NewWriter(store Store, part string) (*Writer, error) {
 	if err := validPart(part); err != nil {
 		return nil, err
 	}
-	return &Writer{store: store, part: part, hours: make(map[int64][]Row)}, nil
+	return &Writer{store: store, part: part, idx: make(map[int64]int)}, nil
+}
+
+// hourRows is the buffer of one hour's rows.
+type hourRows struct {
+	hour int64
+	rows []Row
 }
 
 // writerOptions are the Parquet writer settings of the lake: Snappy pages,
 // page statistics, one row group per object.
 func writerOptions() []parquet.WriterOption {
-	return []parquet.WriterOption{parquet.Compression(&parquet.Snappy), parquet.CreatedBy("adclick", "", "")}
+	return []parquet.WriterOption{parquet.Compression(&fastSnappy{}), parquet.CreatedBy("adclick", "", "")}
 }
 
 // Add buffers r (its strings are kept, not copied). The epoch is given at
 // Flush.
 func (w *Writer) Add(r *latepath.Record) {
-	row := FromRecord(r, 0)
-	w.hours[row.EventHourMs] = append(w.hours[row.EventHourMs], row)
+	h := PartitionHour(r)
+	i := w.last
+	if i >= len(w.bufs) || w.bufs[i].hour != h {
+		i = w.hourIndex(h)
+		w.last = i
+	}
+	b := &w.bufs[i]
+	raw := r.Raw
+	if len(raw) > latepath.MaxRaw {
+		raw = raw[:latepath.MaxRaw]
+	}
+	b.rows = append(b.rows, Row{Verdict: r.Verdict, ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, DeviceID: r.DeviceID,
+		ImpressionMs: r.ImpressionMs, DeviceMs: r.DeviceMs, EventMs: r.EventMs, ArrivalMs: r.ArrivalMs,
+		SpendMicros: r.SpendMicros, Shard: r.Shard, Seq: r.Seq, Raw: raw, EventHourMs: h})
 	w.n++
+}
+
+// hourIndex returns the index in w.bufs of hour h, adding an entry (with
+// the largest free slice) if there is none.
+func (w *Writer) hourIndex(h int64) int {
+	if w.idx == nil {
+		w.idx = make(map[int64]int)
+	}
+	if i, ok := w.idx[h]; ok {
+		return i
+	}
+	var rows []Row
+	if k := len(w.free); k > 0 {
+		rows, w.free[0] = w.free[0], nil
+		w.free = w.free[1:]
+	}
+	w.bufs = append(w.bufs, hourRows{hour: h, rows: rows})
+	w.idx[h] = len(w.bufs) - 1
+	return len(w.bufs) - 1
 }
 
 // Buffered returns the number of records added since the last Flush.
@@ -217,11 +262,7 @@ func (w *Writer) Written() (rows, bytes int64) { return w.written, w.bytes }
 // rest. Like Flush, it writes the epoch's manifest (every key of the epoch
 // so far) before the objects.
 func (w *Writer) Spill(ctx context.Context, epoch int64) error {
-	limit := w.SpillRows
-	if limit <= 0 {
-		limit = DefaultSpillRows
-	}
-	if w.n < limit {
+	if w.n < w.spillRows() {
 		return nil
 	}
 	return w.writeChunk(ctx, epoch)
@@ -252,14 +293,13 @@ func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
 		w.chunk, w.epochKeys = 0, w.epochKeys[:0]
 	}
 	w.chunkEpoch = epoch
-	hours := make([]int64, 0, len(w.hours))
-	for h := range w.hours {
-		hours = append(hours, h)
+	slices.SortFunc(w.bufs, func(a, b hourRows) int { return cmp.Compare(a.hour, b.hour) })
+	for i := range w.bufs {
+		w.idx[w.bufs[i].hour] = i
 	}
-	slices.Sort(hours)
 	keys := len(w.epochKeys)
-	for _, h := range hours {
-		w.epochKeys = append(w.epochKeys, chunkKey(h, w.part, epoch, w.chunk))
+	for _, b := range w.bufs {
+		w.epochKeys = append(w.epochKeys, chunkKey(b.hour, w.part, epoch, w.chunk))
 	}
 	var man strings.Builder
 	for _, k := range w.epochKeys {
@@ -270,8 +310,8 @@ func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
 		w.epochKeys = w.epochKeys[:keys]
 		return fmt.Errorf("recount: flush epoch %d: %w", epoch, err)
 	}
-	for i, h := range hours {
-		rows := w.hours[h]
+	for i := range w.bufs {
+		rows := w.bufs[i].rows
 		for j := range rows {
 			rows[j].Epoch = epoch
 		}
@@ -286,21 +326,44 @@ func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
 		w.bytes += int64(len(data))
 	}
 	w.chunk++
-	// Keep the per-hour slices' memory for the next chunk, but drop the
-	// strings they reference.
-	for h, rows := range w.hours {
-		clear(rows)
-		if cap(rows) > 1<<16 {
-			delete(w.hours, h)
-			continue
-		}
-		w.hours[h] = rows[:0]
-	}
-	if len(w.hours) > 64 {
-		clear(w.hours)
-	}
-	w.n = 0
+	w.recycle()
 	return nil
+}
+
+// recycle forgets the buffered rows: it drops the strings they reference
+// and keeps the largest slices for the next chunk, at most maxFree of them
+// and about two chunks' worth of rows in all, so a writer's memory stays
+// bounded by its spill size.
+func (w *Writer) recycle() {
+	for i := range w.bufs {
+		rows := w.bufs[i].rows
+		clear(rows)
+		w.free = append(w.free, rows[:0])
+		w.bufs[i] = hourRows{}
+	}
+	w.bufs = w.bufs[:0]
+	clear(w.idx)
+	w.last = 0
+	w.n = 0
+	slices.SortFunc(w.free, func(a, b []Row) int { return cmp.Compare(cap(b), cap(a)) })
+	limit := 2 * w.spillRows()
+	total, keep := 0, 0
+	for keep < len(w.free) && keep < maxFree && (keep == 0 || total+cap(w.free[keep]) <= limit) {
+		total += cap(w.free[keep])
+		keep++
+	}
+	clear(w.free[keep:])
+	w.free = w.free[:keep]
+}
+
+// maxFree is the number of row slices a writer keeps between chunks.
+const maxFree = 8
+
+func (w *Writer) spillRows() int {
+	if w.SpillRows > 0 {
+		return w.SpillRows
+	}
+	return DefaultSpillRows
 }
 
 // encode returns rows as one Parquet file. The returned slice is valid until

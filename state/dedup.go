@@ -1,7 +1,6 @@
 package state
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -23,9 +22,8 @@ const BucketMs = 60_000
 // not safe for concurrent use; several Dedups on one DB may be used
 // concurrently as long as they use disjoint key groups.
 type Dedup struct {
-	db    *DB
-	batch *pebble.Batch
-	key   []byte
+	db      *DB
+	pending pendingSet
 
 	// expiredTo[kg] is the bucket below which every bucket of kg is known to
 	// be deleted (valid when expiredKnown[kg]), so Expire only deletes what
@@ -79,7 +77,7 @@ type filterKey struct {
 
 // NewDedup returns a Dedup on db with an empty pending batch.
 func (db *DB) NewDedup() *Dedup {
-	return &Dedup{db: db, key: make([]byte, 0, 64), seed: maphash.MakeSeed(), filters: map[filterKey]*filter{}}
+	return &Dedup{db: db, seed: maphash.MakeSeed(), filters: map[filterKey]*filter{}}
 }
 
 // minFilterCapacity is the smallest filter, in ids.
@@ -165,27 +163,25 @@ func (d *Dedup) Insert(kg int, id string, expiryMs int64) (inserted bool, err er
 			return false, err
 		}
 	}
-	if d.batch == nil {
-		d.batch = d.db.db.NewIndexedBatch()
-	}
 	bucket := bucketOf(expiryMs)
-	d.key = append(d.appendKey(d.key[:0], kg, bucket), id...)
+	p := &d.pending
+	off := len(p.arena)
+	p.arena = append(d.appendKey(p.arena, kg, bucket), id...)
+	key := p.arena[off:]
 	h := maphash.String(d.seed, id)
+	ph := pendingHash(h, kg, bucket)
 	f := d.lookupFilter(kg, bucket)
 	if f != nil && f.mayContain(h) {
-		_, closer, err := d.batch.Get(d.key)
-		switch {
-		case err == nil:
-			_ = closer.Close()
-			d.duplicates++
-			return false, nil
-		case !errors.Is(err, pebble.ErrNotFound):
-			return false, fmt.Errorf("state: dedup lookup: %w", err)
+		dup, err := d.seen(key, ph)
+		if err != nil || dup {
+			p.arena = p.arena[:off]
+			if dup {
+				d.duplicates++
+			}
+			return false, err
 		}
 	}
-	if err := d.batch.Set(d.key, nil, nil); err != nil {
-		return false, fmt.Errorf("state: dedup insert: %w", err)
-	}
+	p.add(off, kg, bucket, id, ph)
 	if f == nil {
 		f = d.newFilter(kg, 0)
 		d.filters[filterKey{kg, bucket}] = f
@@ -201,7 +197,7 @@ func (d *Dedup) Insert(kg int, id string, expiryMs int64) (inserted bool, err er
 		// Expire covers its bucket again.
 		d.expiredTo[kg] = bucket
 	}
-	if d.batch.Len() >= d.db.opts.DedupBatchBytes {
+	if p.sizeBytes() >= d.db.opts.DedupBatchBytes {
 		return true, d.commitLocked()
 	}
 	return true, nil
@@ -271,44 +267,50 @@ func (d *Dedup) Commit() error {
 }
 
 func (d *Dedup) commitLocked() error {
-	if d.batch == nil {
+	p := &d.pending
+	if p.len() == 0 {
 		return nil
 	}
-	b := d.batch
-	d.batch = nil
-	defer b.Close()
-	if b.Empty() {
-		return nil
-	}
+	defer p.reset()
 	// Apply the pending ids in key order: the memtable's skiplist inserts
 	// sorted keys several times faster than random ones, because each insert
-	// starts from the previous one's position. The batch holds only Sets of
-	// distinct keys, so the sorted copy has the same effect.
-	iter, err := b.NewBatchOnlyIter(context.Background(), nil)
-	if err != nil {
-		return fmt.Errorf("state: dedup commit: %w", err)
+	// starts from the previous one's position. The ids are distinct, so the
+	// order has no other effect.
+	p.sort()
+	b := d.db.db.NewBatchWithSize(p.sizeBytes() + 64)
+	defer b.Close()
+	for i := range p.ents {
+		if err := b.Set(p.key(&p.ents[i]), nil, nil); err != nil {
+			return fmt.Errorf("state: dedup commit: %w", err)
+		}
 	}
-	sorted := d.db.db.NewBatchWithSize(b.Len())
-	defer sorted.Close()
-	for valid := iter.First(); valid; valid = iter.Next() {
-		_ = sorted.Set(iter.Key(), nil, nil)
-	}
-	if err := iter.Close(); err != nil {
-		return fmt.Errorf("state: dedup commit: %w", err)
-	}
-	if err := sorted.Commit(pebble.NoSync); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("state: dedup commit: %w", err)
 	}
 	return nil
 }
 
+// seen reports whether key (pending hash ph) is pending or committed.
+func (d *Dedup) seen(key []byte, ph uint64) (bool, error) {
+	if d.pending.contains(key, ph) {
+		return true, nil
+	}
+	_, closer, err := d.db.db.Get(key)
+	switch {
+	case err == nil:
+		_ = closer.Close()
+		return true, nil
+	case errors.Is(err, pebble.ErrNotFound):
+		return false, nil
+	default:
+		return false, fmt.Errorf("state: dedup lookup: %w", err)
+	}
+}
+
 // Discard drops the pending inserts and expiries without applying them. (The
 // in-memory filters may keep the dropped ids: that costs only a lookup.)
 func (d *Dedup) Discard() {
-	if d.batch != nil {
-		_ = d.batch.Close()
-		d.batch = nil
-	}
+	d.pending.reset()
 	d.expiredKnown = [KeyGroups]bool{}
 }
 

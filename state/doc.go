@@ -22,7 +22,11 @@
 // cost about 15% less compaction CPU than 32 MiB for random dedup ids; at
 // most two exist at once); 10-bit Bloom filters on every level's tables (a
 // point lookup of an absent key rarely reads a data block); L0 compaction
-// from 4 files; at most two concurrent compactions; 1 MiB dedup batches.
+// from 16 files (writes stall at 64), 16 MiB L0 files and a 256 MiB Lbase
+// (on a 10M-click run, about 12% less CPU for the whole job than Pebble's
+// 4 files, 2 MiB and 64 MiB, for about 20% more state on disk, and far
+// fewer tables rewritten between checkpoints); at most two concurrent
+// compactions; 1 MiB dedup batches.
 // Cache, memtable, compactions and batch size are Options fields.
 //
 // # Key layout
@@ -46,21 +50,25 @@
 //
 // # Dedup batches and filters
 //
-// Each Dedup (one per pre-aggregator subtask, on its own key groups) keeps an
-// indexed Pebble batch: lookups read through it, so Insert sees its own
-// uncommitted inserts, and new ids are written into it. Commit applies the
-// batch to the DB in key order (the memtable inserts sorted keys much faster
-// than random ones); Insert commits by itself once the batch passes
-// Options.DedupBatchBytes.
+// Each Dedup (one per pre-aggregator subtask, on its own key groups) keeps
+// its uncommitted inserts in memory: the keys back to back in one reused
+// buffer plus a small open-addressing hash table over them, so Insert sees
+// its own pending ids and allocates nothing in steady state. Commit sorts the
+// pending keys and applies them to the DB as one plain batch in key order
+// (the memtable inserts sorted keys faster than random ones); Insert commits
+// by itself once the pending keys pass Options.DedupBatchBytes. (An indexed
+// Pebble batch would cost a second skiplist insert per id, on top of the
+// memtable's.)
 //
-// Most Inserts are new ids, and proving absence through Pebble (batch,
+// Most Inserts are new ids, and proving absence through Pebble (the
 // memtables, every level's filter) costs several microseconds. So a Dedup
 // also keeps an in-memory split-block Bloom filter per (key group, expiry
 // bucket), 12 bits per id (about 1.5 bytes of memory per live id, 15 MB for
 // 10M ids, see FilterBytes): when it says "absent", the id is new without
 // touching Pebble; when it says "maybe" (every duplicate, and about 0.5% of
-// new ids), a point Get decides. Filters of expired buckets are dropped by
-// Expire. A key group's filters are built from the DB on the Dedup's first
-// use of that key group (after a restore this reads every id of the key
-// group once), which is why two Dedups must not share a key group.
+// new ids), the pending set and then a point Get decide. Filters of expired
+// buckets are dropped by Expire. A key group's filters are built from the DB
+// on the Dedup's first use of that key group (after a restore this reads
+// every id of the key group once), which is why two Dedups must not share a
+// key group.
 package state

@@ -76,14 +76,21 @@ func Open(dir string, o Options) (*DB, error) {
 	defer cache.Unref()
 	maxc := o.MaxCompactions
 	po := &pebble.Options{
-		Cache:                      cache,
-		MemTableSize:               o.MemTableSize,
-		DisableWAL:                 true,
-		FormatMajorVersion:         pebble.FormatNewest,
-		L0CompactionThreshold:      4,
+		Cache:              cache,
+		MemTableSize:       o.MemTableSize,
+		DisableWAL:         true,
+		FormatMajorVersion: pebble.FormatNewest,
+		// Dedup keys are written once and deleted by ranges, and lookups are
+		// rare behind the in-memory filters: let L0 grow and compact it into
+		// a larger Lbase in bigger files, trading read amplification for
+		// less compaction CPU.
+		L0CompactionThreshold:      16,
+		L0StopWritesThreshold:      64,
+		LBaseMaxBytes:              256 << 20,
 		CompactionConcurrencyRange: func() (int, int) { return 1, maxc },
 		Logger:                     pebbleutil.Logger{Prefix: "state"},
 	}
+	po.TargetFileSizes[0] = 16 << 20
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		po.Levels[i].FilterType = pebble.TableFilter

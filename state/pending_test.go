@@ -1,0 +1,74 @@
+package state
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestDedupPendingManyAndDiscard keeps thousands of ids pending (ids sharing
+// their first eight bytes, so ordering falls back to whole keys; enough to
+// grow the pending table several times), checks that each is found while
+// pending and after Commit through a new handle, and that Discard forgets
+// ids that were never committed.
+func TestDedupPendingManyAndDiscard(t *testing.T) {
+	db, _ := openTemp(t, Options{DedupBatchBytes: 1 << 30})
+	d := db.NewDedup()
+	const n = 5000
+	exp := func(i int) int64 { return int64(i%7) * BucketMs }
+	id := func(i int) string { return fmt.Sprintf("click-id-%d", i) }
+	for i := range n {
+		mustInsert(t, d, i%3, id(i), exp(i), true)
+	}
+	for i := range n {
+		mustInsert(t, d, i%3, id(i), exp(i), false)
+	}
+	if err := d.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	d2 := db.NewDedup()
+	for i := range n {
+		mustInsert(t, d2, i%3, id(i), exp(i), false)
+	}
+	if ins, dup := d.Count(); ins != n || dup != n {
+		t.Fatalf("Count() = %d, %d, want %d, %d", ins, dup, n, n)
+	}
+
+	mustInsert(t, d, 1, "discarded", 0, true)
+	mustInsert(t, d, 1, "discarded", 0, false)
+	d.Discard()
+	if err := d.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// The filter still holds the id; the pending set and the DB must not.
+	mustInsert(t, d, 1, "discarded", 0, true)
+	mustInsert(t, d, 1, "discarded", 0, false)
+}
+
+func TestPendingSortOrdersLikeKeys(t *testing.T) {
+	var p pendingSet
+	d := &Dedup{}
+	type in struct {
+		kg     int
+		bucket int64
+		id     string
+	}
+	ins := []in{
+		{2, 5, "b"}, {1, 5, "zz"}, {1, -3, "a"}, {1, 5, "abcdefgh2"},
+		{1, 5, "abcdefgh1"}, {1, 5, "abcdefgh"}, {1, 5, "abcdefg\x00"}, {0, 9, "q"},
+	}
+	for i, x := range ins {
+		off := len(p.arena)
+		p.arena = append(d.appendKey(p.arena, x.kg, x.bucket), x.id...)
+		p.add(off, x.kg, x.bucket, x.id, uint64(i))
+	}
+	p.sort()
+	for i := 1; i < p.len(); i++ {
+		a, b := p.key(&p.ents[i-1]), p.key(&p.ents[i])
+		if string(a) >= string(b) {
+			t.Errorf("entry %d %x is not before entry %d %x", i-1, a, i, b)
+		}
+	}
+	if p.len() != len(ins) {
+		t.Fatalf("len = %d, want %d", p.len(), len(ins))
+	}
+}
