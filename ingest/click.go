@@ -10,10 +10,16 @@ import "unicode/utf8"
 const MaxIDBytes = 256
 
 // MaxSpendMicros is the largest spend_micros accepted for one click: one
-// million currency units. A larger value is rejected with spend_too_large.
+// thousand currency units. A larger value is rejected with spend_too_large.
 // The cap keeps sums of spend far from int64 overflow: it takes more than
-// nine million clicks at the cap to overflow one total.
-const MaxSpendMicros int64 = 1_000_000_000_000
+// nine billion clicks at the cap to overflow one (ad, hour) total.
+const MaxSpendMicros int64 = 1_000_000_000
+
+// MaxTimeMs is the latest impression or arrival time accepted, Unix ms
+// (9999-12-31T23:59:59.999Z): later values are rejected
+// (impression_out_of_range, arrival_out_of_range), so that time arithmetic
+// (impression + horizon, window ends) cannot overflow.
+const MaxTimeMs int64 = 253_402_300_799_999
 
 // Click is one ad click. Strings are owned copies (safe to keep): Decode
 // gives the four ids (and Shard, when the input carries it) one shared
@@ -74,7 +80,9 @@ type Click struct {
 //	negative_spend           spend_micros < 0
 //	spend_too_large          spend_micros > MaxSpendMicros
 //	impression_not_positive  impression_ms <= 0
+//	impression_out_of_range  impression_ms > MaxTimeMs (year 9999)
 //	arrival_not_positive     the arrival time is <= 0 (Finish)
+//	arrival_out_of_range     the arrival time is > MaxTimeMs (Finish)
 //	impression_after_arrival impression_ms > arrival time (Finish): the click
 //	                         reached the stream before the ad was shown, so
 //	                         the impression time is false
@@ -93,6 +101,8 @@ const (
 	ReasonSpendTooLarge          Reason = "spend_too_large"
 	ReasonImpressionNotPositive  Reason = "impression_not_positive"
 	ReasonArrivalNotPositive     Reason = "arrival_not_positive"
+	ReasonImpressionOutOfRange   Reason = "impression_out_of_range"
+	ReasonArrivalOutOfRange      Reason = "arrival_out_of_range"
 	ReasonImpressionAfterArrival Reason = "impression_after_arrival"
 )
 
@@ -175,7 +185,8 @@ func AllReasons() []Reason {
 	out = append(out, missingReasons...)
 	return append(out,
 		ReasonNegativeSpend, ReasonSpendTooLarge, ReasonImpressionNotPositive,
-		ReasonArrivalNotPositive, ReasonImpressionAfterArrival)
+		ReasonImpressionOutOfRange, ReasonArrivalNotPositive, ReasonArrivalOutOfRange,
+		ReasonImpressionAfterArrival)
 }
 
 // Validate checks the fields of a click built in code (the generator source,
@@ -210,6 +221,8 @@ func (c *Click) checkValues() Reason {
 		return ReasonSpendTooLarge
 	case c.ImpressionMs <= 0:
 		return ReasonImpressionNotPositive
+	case c.ImpressionMs > MaxTimeMs:
+		return ReasonImpressionOutOfRange
 	}
 	return ""
 }
@@ -227,6 +240,8 @@ func (c *Click) Finish(arrivalMs int64) Reason {
 	switch {
 	case arrivalMs <= 0:
 		return ReasonArrivalNotPositive
+	case arrivalMs > MaxTimeMs:
+		return ReasonArrivalOutOfRange
 	case c.ImpressionMs > arrivalMs:
 		return ReasonImpressionAfterArrival
 	}

@@ -86,6 +86,7 @@ func TestFinish(t *testing.T) {
 		{"impression after arrival", impression, arrival + 1, arrival, ReasonImpressionAfterArrival, 0},
 		{"zero arrival", impression, impression, 0, ReasonArrivalNotPositive, 0},
 		{"negative arrival", impression, impression, -1, ReasonArrivalNotPositive, 0},
+		{"arrival after year 9999", impression, impression, MaxTimeMs + 1, ReasonArrivalOutOfRange, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,6 +178,8 @@ func TestValidate(t *testing.T) {
 		{"id at the cap", func(c *Click) { c.CampaignID = strings.Repeat("k", MaxIDBytes) }, ""},
 		{"negative spend", func(c *Click) { c.SpendMicros = -1 }, ReasonNegativeSpend},
 		{"spend over the cap", func(c *Click) { c.SpendMicros = MaxSpendMicros + 1 }, ReasonSpendTooLarge},
+		{"impression at the last accepted time", func(c *Click) { c.ImpressionMs = MaxTimeMs }, ""},
+		{"impression after year 9999", func(c *Click) { c.ImpressionMs = MaxTimeMs + 1 }, ReasonImpressionOutOfRange},
 		{"zero impression", func(c *Click) { c.ImpressionMs = 0 }, ReasonImpressionNotPositive},
 	}
 	for _, tt := range tests {
@@ -225,8 +228,8 @@ func TestAllReasons(t *testing.T) {
 		}
 		all[r] = true
 	}
-	// 2 + 9 bad_type + 5 bad_utf8 + 5 id_too_long + 9 missing_field + 5.
-	if want := 35; len(all) != want {
+	// 2 + 9 bad_type + 5 bad_utf8 + 5 id_too_long + 9 missing_field + 7 ranges.
+	if want := 37; len(all) != want {
 		t.Fatalf("AllReasons: got %d reasons, want %d", len(all), want)
 	}
 	for _, r := range []Reason{

@@ -104,9 +104,11 @@ func TestDecodeValues(t *testing.T) {
 			func(c *Click) (any, any) { return c.ClickID, "c1" }},
 		{"negative zero", validClick(`"device_ms":-0`),
 			func(c *Click) (any, any) { return c.DeviceMs, int64(0) }},
-		{"int64 extremes", validClick(`"device_ms":-9223372036854775808`, `"impression_ms":9223372036854775807`),
+		{"int64 extremes", validClick(`"device_ms":-9223372036854775808`, `"impression_ms":253402300799999`),
 			func(c *Click) (any, any) {
-				return [2]int64{c.DeviceMs, c.ImpressionMs}, [2]int64{-1 << 63, 1<<63 - 1}
+				// Device time may be anything (it is clamped); impression time
+				// at most MaxTimeMs (a larger one is impression_out_of_range).
+				return [2]int64{c.DeviceMs, c.ImpressionMs}, [2]int64{-1 << 63, MaxTimeMs}
 			}},
 		{"id of exactly MaxIDBytes", validClick(`"click_id":"` + strings.Repeat("é", MaxIDBytes/2) + `"`),
 			func(c *Click) (any, any) { return len(c.ClickID), MaxIDBytes }},
@@ -427,6 +429,8 @@ func (o *oracle) expectedRange() Reason {
 		return ReasonSpendTooLarge
 	case imp <= 0:
 		return ReasonImpressionNotPositive
+	case imp > MaxTimeMs:
+		return ReasonImpressionOutOfRange
 	}
 	return ""
 }

@@ -131,6 +131,8 @@ type PreAgg struct {
 	out           []Partial
 	lastFlushMs   int64
 	lastGuardMs   int64
+	procMs        int64 // the latest processing time (Tick)
+	wmMovedMs     int64 // processing time the watermark last advanced
 	expiredBefore int64
 	stats         Stats
 	started       bool
@@ -186,7 +188,8 @@ func (p *PreAgg) WindowStart(t int64) int64 { return floorDiv(t, p.o.WindowMs) *
 // against a watermark below the checkpoint's (WATERMARK FLOOR).
 func (p *PreAgg) Add(c *ingest.Click, kg int) (Verdict, error) {
 	judge := p.Judge()
-	if judge != NoWatermark && c.ImpressionMs < judge-p.o.HorizonMs {
+	if judge != NoWatermark && c.ImpressionMs < judge-p.o.HorizonMs ||
+		p.guardActive() && c.ImpressionMs < p.procMs-p.o.GuardMs {
 		p.stats.BeyondHorizon++
 		return BeyondHorizon, nil
 	}
@@ -224,13 +227,15 @@ func (p *PreAgg) Add(c *ingest.Click, kg int) (Verdict, error) {
 func (p *PreAgg) Tick(procMs int64) ([]Partial, error) {
 	if !p.started {
 		p.started = true
-		p.lastFlushMs, p.lastGuardMs = procMs, procMs
+		p.lastFlushMs, p.lastGuardMs, p.wmMovedMs = procMs, procMs, procMs
 	}
-	if !p.o.NoDedup && procMs-p.lastGuardMs >= 60_000 {
+	p.procMs = max(p.procMs, procMs)
+	if !p.o.NoDedup && p.guardActive() && procMs-p.lastGuardMs >= 60_000 {
 		p.lastGuardMs = procMs
-		// Ids whose impression is more than GuardMs before processing time
-		// go, even if the watermark is stuck: their expiry lies before
-		// procMs - GuardMs + HorizonMs.
+		// The guard: with the watermark stuck, ids whose impression is more
+		// than GuardMs before processing time go (their expiry lies before
+		// procMs - GuardMs + HorizonMs), and Add rejects such clicks as
+		// beyond the horizon, so no copy of a forgotten id is counted.
 		if err := p.expire(procMs - p.o.GuardMs + p.o.HorizonMs); err != nil {
 			return nil, err
 		}
@@ -253,6 +258,7 @@ func (p *PreAgg) Watermark(wm int64) ([]Partial, error) {
 		return out, nil
 	}
 	p.wm = wm
+	p.wmMovedMs = p.procMs
 	// Never below what was restored: after a restore the first watermarks
 	// can lie under the floor, and saving one of them at the next barrier
 	// would lower the floor a later restore judges by.
@@ -282,6 +288,16 @@ func (p *PreAgg) expire(before int64) error {
 		return fmt.Errorf("preagg: dedup expire: %w", err)
 	}
 	return nil
+}
+
+// guardActive reports whether the processing-time guard on dedup ids is in
+// force: only while the watermark is stuck, that is, has not advanced for
+// GuardMs − HorizonMs (24 h by default) of processing time. A job that is
+// far behind but progressing (a long catch-up) keeps every id until the
+// watermark expires it; a guard anchored to processing time alone would
+// forget ids whose copies the horizon still accepts.
+func (p *PreAgg) guardActive() bool {
+	return p.started && p.procMs-p.wmMovedMs >= p.o.GuardMs-p.o.HorizonMs
 }
 
 // Barrier is called when a checkpoint barrier arrives. It returns the

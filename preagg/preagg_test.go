@@ -232,30 +232,71 @@ func (r *recDedup) Insert(kg int, id string, exp int64) (bool, error) {
 }
 
 func TestGuard(t *testing.T) {
-	d := &recDedup{MemDedup: NewMemDedup()}
-	p, err := New(Options{}, d, 0, 128)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := t0 + 30*hour
-	p.Add(click("old", "ad", now-27*hour, now-27*hour), 0) // impression 27 h before processing time
-	p.Add(click("new", "ad", now-hour, now-hour), 0)
-	p.Tick(now)
-	if len(d.expires) != 0 {
-		t.Fatalf("the first Tick expired %v, want nothing", d.expires)
-	}
-	p.Tick(now + 59_999)
-	if len(d.expires) != 0 {
-		t.Fatalf("Tick before 60 s expired %v, want nothing", d.expires)
-	}
-	p.Tick(now + 60_000)
-	want := now + 60_000 - 26*hour + 2*hour
-	if !slices.Equal(d.expires, []int64{want}) {
-		t.Fatalf("guard expired before %v, want [%d]", d.expires, want)
-	}
-	if d.Len() != 1 {
-		t.Fatalf("dedup holds %d ids after the guard, want 1 (the 27 h old one gone)", d.Len())
-	}
+	t.Run("a job far behind but progressing keeps its ids", func(t *testing.T) {
+		// 30 h behind (a long catch-up): the watermark moves, so the guard
+		// stays off and a copy of a click read seconds ago is a duplicate.
+		d := &recDedup{MemDedup: NewMemDedup()}
+		p, err := New(Options{}, d, 0, 128)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := t0 + 30*hour
+		p.Tick(now)
+		for i := int64(0); i < 3; i++ {
+			p.Tick(now + i*60_000)
+			p.Watermark(t0 + i*60_000) // event time 30 h behind, advancing
+		}
+		c := click("c1", "ad", t0+3*60_000, t0+3*60_000)
+		if v, _ := p.Add(c, 0); v != Counted {
+			t.Fatalf("first copy: %v, want counted", v)
+		}
+		for i := int64(3); i < 10; i++ {
+			p.Tick(now + i*60_000)
+			p.Watermark(t0 + i*60_000)
+		}
+		if len(d.expires) != 0 && slices.Max(d.expires) > t0+3*60_000+2*hour {
+			t.Fatalf("expired up to %d while the watermark moved; the guard must stay off", slices.Max(d.expires))
+		}
+		if v, _ := p.Add(c, 0); v != Duplicate {
+			t.Fatalf("second copy: %v, want duplicate (no double count while catching up)", v)
+		}
+	})
+	t.Run("a stuck watermark turns the guard on, consistently", func(t *testing.T) {
+		d := &recDedup{MemDedup: NewMemDedup()}
+		p, err := New(Options{}, d, 0, 128)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := t0 + 30*hour
+		p.Tick(start)
+		p.Watermark(t0) // then stuck
+		d.expires = nil // the watermark's own expiry; what follows is the guard's
+		p.Add(click("old", "ad", start-27*hour, start-27*hour), 0)
+		p.Add(click("new", "ad", start-hour, start-hour), 0)
+		// Stuck for less than 24 h: nothing expires.
+		p.Tick(start + 23*hour)
+		if len(d.expires) != 0 {
+			t.Fatalf("expired %v after 23 h stuck, want nothing", d.expires)
+		}
+		now := start + 24*hour
+		p.Tick(now)
+		want := now - 26*hour + 2*hour
+		if !slices.Equal(d.expires, []int64{want}) {
+			t.Fatalf("guard expired before %v, want [%d]", d.expires, want)
+		}
+		if d.Len() != 1 {
+			t.Fatalf("dedup holds %d ids after the guard, want 1 (the old one gone)", d.Len())
+		}
+		// A copy of the forgotten click is rejected, not counted again.
+		if v, _ := p.Add(click("old", "ad", start-27*hour, start-27*hour), 0); v != BeyondHorizon {
+			t.Fatalf("copy of a forgotten id: %v, want beyond_horizon", v)
+		}
+		// A moving watermark turns the guard off again.
+		p.Watermark(t0 + 60_000)
+		if p.guardActive() {
+			t.Fatal("guard still on after the watermark moved")
+		}
+	})
 }
 
 func TestDedupErrors(t *testing.T) {

@@ -101,11 +101,6 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 			return nil, fmt.Errorf("runtime: savepoint %s: %w", cfg.FromSavepoint, err)
 		}
 		found = true
-		// Checkpoints after the savepoint belong to a lineage this start
-		// abandons; ids after the savepoint are reused by the new one.
-		if err := j.ckpts.dropAfter(ctx, meta.ID); err != nil {
-			return nil, err
-		}
 	} else if ckptDir, meta, found, err = j.ckpts.latest(ctx); err != nil {
 		return nil, err
 	}
@@ -156,6 +151,16 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	if err := j.restoreState(found); err != nil {
 		j.Close()
 		return nil, err
+	}
+	if cfg.FromSavepoint != "" {
+		// Checkpoints after the savepoint belong to a lineage this start
+		// abandons (ids after the savepoint are reused by the new one).
+		// Only now, once the savepoint is known to restore: a refused start
+		// leaves them in place.
+		if err := j.ckpts.dropAfter(ctx, meta.ID); err != nil {
+			j.Close()
+			return nil, err
+		}
 	}
 	high, wrote, err := j.ckpts.high(ctx)
 	if err != nil {
@@ -484,7 +489,13 @@ func (j *Job) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("runtime: recount: %w", err)
 		}
-		wg.Go(func() { f.Run(runCtx) })
+		// The finaliser runs until the graph has ended (its own context:
+		// runCtx must stay live while the subtasks write their last output).
+		finCtx, stopFin := context.WithCancel(runCtx)
+		var fwg sync.WaitGroup
+		fwg.Go(func() { f.Run(finCtx) })
+		defer fwg.Wait()
+		defer stopFin()
 	}
 	j.setReady(true)
 	d := newDriver(j, src)

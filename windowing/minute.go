@@ -1,6 +1,7 @@
 package windowing
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -296,7 +297,7 @@ func (m *Minutes) Snapshot(fn func(kg int, data []byte) error) error {
 				}
 				return 1
 			}
-			return int(x.start - y.start)
+			return cmp.Compare(x.start, y.start)
 		})
 		var b []byte
 		for _, e := range es {
@@ -417,7 +418,7 @@ func (m *Minutes) HourRows(emit func(Row)) {
 			}
 			return 1
 		}
-		return int(a.start - b.start)
+		return cmp.Compare(a.start, b.start)
 	})
 	for _, k := range keys {
 		h := m.hours[k]

@@ -106,11 +106,18 @@ func (s *Store) Metrics() *Metrics { return s.metrics }
 // Close waits for running calls, syncs and closes the store. Later calls
 // return ErrClosed.
 func (s *Store) Close() error {
-	// Running totals still in memory go to disk first.
-	serr := s.Sync(context.Background())
+	// Refuse new calls and wait for running ones, then write the running
+	// totals still in memory: none can arrive after that.
 	if err := s.gate.Close(); err != nil {
 		return err
 	}
+	s.tot.syncMu.Lock()
+	s.tot.mu.Lock()
+	p := &totalsPending{vals: s.tot.vals, epochs: s.tot.epochs}
+	s.tot.vals, s.tot.epochs = nil, nil
+	s.tot.mu.Unlock()
+	serr := s.writeTotals(context.Background(), p)
+	s.tot.syncMu.Unlock()
 	if serr != nil {
 		s.db.Close()
 		return serr
