@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -62,6 +64,15 @@ func classify(err error) errClass {
 	}
 	var send *smithyhttp.RequestSendError
 	if errors.As(err, &send) {
+		return classTransient
+	}
+	// A response cut short (the connection closed mid-body, a checksum
+	// that does not match) fails in deserialization or in the network: a
+	// transport failure too. Every request the Store sends is safe to
+	// repeat (absolute SETs and conditional removes; reads).
+	var de *smithy.DeserializationError
+	var ne net.Error
+	if errors.As(err, &de) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return classTransient
 	}
 	return classFatal

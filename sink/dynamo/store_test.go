@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -114,6 +115,9 @@ func TestClassify(t *testing.T) {
 		{"internal server error", sdkErr("GetItem", 500, &types.InternalServerError{}), classTransient},
 		{"503 generic", sdkErr("GetItem", 503, &smithy.GenericAPIError{Code: "ServiceUnavailable"}), classTransient},
 		{"transport", sendErr("UpdateItem", io.ErrUnexpectedEOF), classTransient},
+		{"response cut short", &smithy.OperationError{ServiceID: "DynamoDB", OperationName: "Scan",
+			Err: &smithy.DeserializationError{Err: &net.OpError{Op: "read", Err: errors.New("use of closed network connection")}}}, classTransient},
+		{"unexpected EOF in a body", fmt.Errorf("read body: %w", io.ErrUnexpectedEOF), classTransient},
 		{"validation", sdkErr("UpdateItem", 400, &smithy.GenericAPIError{Code: "ValidationException"}), classFatal},
 		{"resource not found", sdkErr("UpdateItem", 400, &types.ResourceNotFoundException{}), classFatal},
 		{"canceled in transport", sendErr("UpdateItem", context.Canceled), classFatal},
