@@ -29,6 +29,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"gopkg.in/yaml.v3"
 
+	"github.com/adclick/adclick/internal/codescan"
 	"github.com/adclick/adclick/sink/dynamo"
 )
 
@@ -1202,24 +1203,7 @@ func metricNames(t *testing.T) map[string]bool {
 	names := map[string]bool{}
 	full := regexp.MustCompile(`^adclick_[a-z0-9_]*[a-z0-9]$`)
 	root, _ := filepath.Abs(repoRoot)
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || n == "node_modules" || n == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return nil
-		}
+	err := codescan.GoFiles(root, func(_ string, f *ast.File) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch x := n.(type) {
 			case *ast.BasicLit:
@@ -1227,31 +1211,15 @@ func metricNames(t *testing.T) map[string]bool {
 					names[s] = true
 				}
 			case *ast.CompositeLit:
-				parts := map[string]string{}
-				for _, e := range x.Elts {
-					kv, ok := e.(*ast.KeyValueExpr)
-					if !ok {
-						continue
+				parts := codescan.KeyStrings(x)
+				if parts["Namespace"] != "" || parts["Subsystem"] != "" {
+					if name := codescan.MetricName(parts); name != "" {
+						names[name] = true
 					}
-					k, ok1 := kv.Key.(*ast.Ident)
-					v, ok2 := kv.Value.(*ast.BasicLit)
-					if ok1 && ok2 && v.Kind == token.STRING {
-						parts[k.Name], _ = strconv.Unquote(v.Value)
-					}
-				}
-				if parts["Name"] != "" && (parts["Namespace"] != "" || parts["Subsystem"] != "") {
-					var segs []string
-					for _, k := range []string{"Namespace", "Subsystem", "Name"} {
-						if parts[k] != "" {
-							segs = append(segs, parts[k])
-						}
-					}
-					names[strings.Join(segs, "_")] = true
 				}
 			}
 			return true
 		})
-		return nil
 	})
 	if err != nil {
 		t.Fatal(err)

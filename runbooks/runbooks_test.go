@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/adclick/adclick/internal/codescan"
 )
 
 // pages are the situations issue 7 asks for; README.md is the index.
@@ -461,26 +461,8 @@ func scanSource(t *testing.T) (map[string]bool, []string) {
 func scan(root string) (map[string]bool, []string, error) {
 	names := map[string]bool{}
 	var apiLits []string
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || n == "node_modules" || n == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return nil // a file another engineer is half-way through
-		}
-		rel, _ := filepath.Rel(root, path)
-		inAPI := strings.HasPrefix(filepath.ToSlash(rel), "api/")
+	err := codescan.GoFiles(root, func(rel string, f *ast.File) {
+		inAPI := strings.HasPrefix(rel, "api/")
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch x := n.(type) {
 			case *ast.BasicLit:
@@ -498,34 +480,15 @@ func scan(root string) (map[string]bool, []string, error) {
 					apiLits = append(apiLits, s)
 				}
 			case *ast.CompositeLit:
-				parts := map[string]string{}
-				for _, e := range x.Elts {
-					kv, ok := e.(*ast.KeyValueExpr)
-					if !ok {
-						continue
+				parts := codescan.KeyStrings(x)
+				if parts["Namespace"] != "" || parts["Subsystem"] != "" {
+					if name := codescan.MetricName(parts); name != "" {
+						names[name] = true
 					}
-					k, ok1 := kv.Key.(*ast.Ident)
-					v, ok2 := kv.Value.(*ast.BasicLit)
-					if !ok1 || !ok2 || v.Kind != token.STRING {
-						continue
-					}
-					if s, err := strconv.Unquote(v.Value); err == nil {
-						parts[k.Name] = s
-					}
-				}
-				if parts["Name"] != "" && (parts["Namespace"] != "" || parts["Subsystem"] != "") {
-					var segs []string
-					for _, k := range []string{"Namespace", "Subsystem", "Name"} {
-						if parts[k] != "" {
-							segs = append(segs, parts[k])
-						}
-					}
-					names[strings.Join(segs, "_")] = true
 				}
 			}
 			return true
 		})
-		return nil
 	})
 	return names, apiLits, err
 }

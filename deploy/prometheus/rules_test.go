@@ -3,18 +3,16 @@ package prometheus
 import (
 	"encoding/json"
 	"go/ast"
-	"go/parser"
-	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/adclick/adclick/internal/codescan"
 )
 
 // runbooks are the runbook pages an alert may point at.
@@ -66,26 +64,7 @@ func repoRoot(t *testing.T) string {
 func definedMetrics(t *testing.T, root string) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			switch d.Name() {
-			case ".git", "testdata", "node_modules", "vendor":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			t.Logf("skipping %s: %v", p, err) // a file someone is still writing
-			return nil
-		}
+	err := codescan.GoFiles(root, func(_ string, f *ast.File) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			lit, ok := n.(*ast.CompositeLit)
 			if !ok {
@@ -95,31 +74,10 @@ func definedMetrics(t *testing.T, root string) map[string]bool {
 			if !ok || !strings.HasSuffix(sel.Sel.Name, "Opts") {
 				return true
 			}
-			parts := map[string]string{}
-			for _, el := range lit.Elts {
-				kv, ok := el.(*ast.KeyValueExpr)
-				if !ok {
-					continue
-				}
-				key, ok1 := kv.Key.(*ast.Ident)
-				val, ok2 := kv.Value.(*ast.BasicLit)
-				if !ok1 || !ok2 || val.Kind != token.STRING {
-					continue
-				}
-				if s, err := strconv.Unquote(val.Value); err == nil {
-					parts[key.Name] = s
-				}
-			}
-			if parts["Name"] == "" {
+			name := codescan.MetricName(codescan.KeyStrings(lit))
+			if name == "" {
 				return true
 			}
-			var segs []string
-			for _, k := range []string{"Namespace", "Subsystem", "Name"} {
-				if parts[k] != "" {
-					segs = append(segs, parts[k])
-				}
-			}
-			name := strings.Join(segs, "_")
 			names[name] = true
 			switch sel.Sel.Name {
 			case "HistogramOpts":
@@ -129,7 +87,6 @@ func definedMetrics(t *testing.T, root string) map[string]bool {
 			}
 			return true
 		})
-		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
