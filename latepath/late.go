@@ -30,6 +30,11 @@ type Late struct {
 	totals    map[key]*acc
 	dirty     map[key]struct{}
 	clicks    int64
+	// oldest is a lower bound of the hours held (valid when oldestOK): Expire
+	// returns at once while it cannot expire anything, so a watermark costs
+	// nothing until an hour passes its horizon.
+	oldest   int64
+	oldestOK bool
 }
 
 // New returns an empty Late whose totals are kept until the watermark passes
@@ -46,11 +51,18 @@ func (l *Late) Add(ad string, eventMs, count, spend int64) {
 	if !ok {
 		a = &acc{}
 		l.totals[k] = a
+		l.noteHour(k.hour)
 	}
 	a.count += count
 	a.spend += spend
 	l.dirty[k] = struct{}{}
 	l.clicks += count
+}
+
+func (l *Late) noteHour(hour int64) {
+	if !l.oldestOK || hour < l.oldest {
+		l.oldest, l.oldestOK = hour, true
+	}
 }
 
 // Clicks returns the number of late clicks added.
@@ -94,10 +106,16 @@ func (l *Late) Each(fn func(Total)) {
 // Expire forgets totals whose hour can no longer receive late clicks:
 // hour end + horizon < wm. Pending (dirty) totals are kept until flushed.
 func (l *Late) Expire(wm int64) {
+	if !l.oldestOK || l.oldest+windowing.HourMs+l.horizonMs >= wm {
+		return
+	}
+	l.oldestOK = false
 	for k := range l.totals {
 		if _, d := l.dirty[k]; !d && k.hour+windowing.HourMs+l.horizonMs < wm {
 			delete(l.totals, k)
+			continue
 		}
+		l.noteHour(k.hour)
 	}
 }
 
@@ -158,6 +176,7 @@ func (l *Late) Restore(data []byte) error {
 			data = data[w:]
 		}
 		l.totals[key{ad, vals[0]}] = &acc{count: vals[1], spend: vals[2]}
+		l.noteHour(vals[0])
 	}
 	return nil
 }

@@ -64,6 +64,33 @@ func TestLateExpire(t *testing.T) {
 	if _, _, ok := l.Get("a", h0); ok || l.Len() != 1 {
 		t.Fatalf("after wm past hour end + horizon: Len() = %d, a present %v; want 1, false", l.Len(), ok)
 	}
+	// An hour older than every hour held, added after an Expire that found
+	// nothing to do, must still expire.
+	l.Add("c", h0-5*hr, 1, 1)
+	flush(l)
+	l.Expire(h0 + 3*hr + 2)
+	if _, _, ok := l.Get("c", h0-5*hr); ok || l.Len() != 1 {
+		t.Fatalf("older hour added later: Len() = %d, c present %v; want 1, false", l.Len(), ok)
+	}
+}
+
+func TestLateExpireAfterRestore(t *testing.T) {
+	l := New(2 * hr)
+	l.Add("a", h0, 1, 1)
+	l.Add("b", h0+5*hr, 1, 1)
+	flush(l)
+	r := New(2 * hr)
+	if err := l.Snapshot(func(_ int, d []byte) error { return r.Restore(d) }); err != nil {
+		t.Fatal(err)
+	}
+	r.Expire(h0 + 3*hr + 1)
+	if _, _, ok := r.Get("a", h0); ok || r.Len() != 1 {
+		t.Fatalf("restored: Len() = %d, a present %v; want 1, false", r.Len(), ok)
+	}
+	r.Expire(h0 + 8*hr + 1)
+	if r.Len() != 0 {
+		t.Fatalf("restored: Len() = %d after every hour's horizon, want 0", r.Len())
+	}
 }
 
 func TestLateSnapshotRestore(t *testing.T) {

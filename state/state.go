@@ -30,7 +30,8 @@ type Options struct {
 	// (one per core of a two-core machine).
 	MaxCompactions int
 	// DedupBatchBytes is the size in bytes at which a Dedup commits its
-	// pending inserts by itself. Default 1 MiB.
+	// pending inserts by itself. Default 128 KiB: small enough for the
+	// pending table to stay in cache.
 	DedupBatchBytes int
 }
 
@@ -39,7 +40,7 @@ const (
 	DefaultCacheSize       = 64 << 20
 	DefaultMemTableSize    = 64 << 20
 	DefaultMaxCompactions  = 2
-	DefaultDedupBatchBytes = 1 << 20
+	DefaultDedupBatchBytes = 128 << 10
 )
 
 func (o *Options) ensureDefaults() {

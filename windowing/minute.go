@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 )
 
 // NoWatermark is the watermark before any has been received.
@@ -40,20 +41,52 @@ type acc struct {
 	count, spend int64
 }
 
-type minuteKey struct {
-	ad    string
+// minSlot is an open minute of one ad.
+type minSlot struct {
 	start int64
+	acc
+	dirty bool // changed since the last Early
 }
 
-type hourKey struct {
-	ad    string
-	start int64
-}
-
-type hourAcc struct {
+// hourSlot is an hour of one ad that still has open minutes or may still
+// receive some.
+type hourSlot struct {
+	start  int64
 	closed acc // sum of the closed minutes
 	open   acc // sum of the open minutes' running counts
 	nOpen  int // number of open minutes in this hour
+	dirty  bool
+	// fired is the Advance call that last emitted this hour's row, so that
+	// an Advance closing several of its minutes emits it once.
+	fired uint64
+}
+
+// adState is everything the operator holds for one ad: a few open minutes
+// and hours, found by a scan of short slices. One map lookup by ad per
+// partial replaces a lookup per (ad, minute), (ad, hour) and dirty set.
+type adState struct {
+	ad    string
+	mins  []minSlot
+	hours []hourSlot
+	dirty bool // listed in Minutes.dirty
+}
+
+func (a *adState) minute(start int64) int {
+	for i := range a.mins {
+		if a.mins[i].start == start {
+			return i
+		}
+	}
+	return -1
+}
+
+func (a *adState) hourIdx(start int64) int {
+	for i := range a.hours {
+		if a.hours[i].start == start {
+			return i
+		}
+	}
+	return -1
 }
 
 // Stats counts what a Minutes operator did.
@@ -68,12 +101,18 @@ type Stats struct {
 type Minutes struct {
 	windowMs int64
 	wm       int64
-	open     map[int64]map[string]*acc // window start → ad → running count
-	starts   []int64                   // sorted open window starts: the event-time timers
-	hours    map[hourKey]*hourAcc
-	dirtyMin map[minuteKey]struct{}
-	dirtyHr  map[hourKey]struct{}
+	ads      map[string]*adState
+	open     map[int64][]*adState // window start → ads with that minute open
+	starts   []int64              // sorted open window starts: the event-time timers
+	nOpen    int                  // open (ad, window) pairs
+	dirty    []*adState           // ads with a minute or hour changed since the last Early
+	advances uint64
 	stats    Stats
+	// oldestHour is a lower bound of the hour starts held (valid when
+	// oldestOK): Advance looks for hours to forget only once the watermark
+	// has passed the end of that hour.
+	oldestHour int64
+	oldestOK   bool
 }
 
 // NewMinutes returns a window operator with windows of windowMs (which must
@@ -85,10 +124,8 @@ func NewMinutes(windowMs int64) (*Minutes, error) {
 	return &Minutes{
 		windowMs: windowMs,
 		wm:       NoWatermark,
-		open:     make(map[int64]map[string]*acc),
-		hours:    make(map[hourKey]*hourAcc),
-		dirtyMin: make(map[minuteKey]struct{}),
-		dirtyHr:  make(map[hourKey]struct{}),
+		ads:      make(map[string]*adState),
+		open:     make(map[int64][]*adState),
 	}, nil
 }
 
@@ -99,12 +136,48 @@ func (m *Minutes) Stats() Stats { return m.stats }
 func (m *Minutes) Watermark() int64 { return m.wm }
 
 // OpenWindows returns the number of open (ad, window) pairs.
-func (m *Minutes) OpenWindows() int {
-	n := 0
-	for _, ads := range m.open {
-		n += len(ads)
+func (m *Minutes) OpenWindows() int { return m.nOpen }
+
+func (m *Minutes) adState(ad string) *adState {
+	a := m.ads[ad]
+	if a == nil {
+		// The ad is kept beyond the partial: copy it, so that the
+		// operator does not pin the buffer it was decoded into.
+		a = &adState{ad: strings.Clone(ad)}
+		m.ads[a.ad] = a
 	}
-	return n
+	return a
+}
+
+// openMinute adds an empty open minute to a and to the timers.
+func (m *Minutes) openMinute(a *adState, start int64) int {
+	a.mins = append(a.mins, minSlot{start: start})
+	list, ok := m.open[start]
+	if !ok {
+		i, _ := slices.BinarySearch(m.starts, start)
+		m.starts = slices.Insert(m.starts, i, start)
+	}
+	m.open[start] = append(list, a)
+	m.nOpen++
+	return len(a.mins) - 1
+}
+
+// hour returns the index of a's hour starting at start, adding it if
+// needed.
+func (m *Minutes) hour(a *adState, start int64) int {
+	if i := a.hourIdx(start); i >= 0 {
+		return i
+	}
+	a.hours = append(a.hours, hourSlot{start: start})
+	m.noteHour(start)
+	return len(a.hours) - 1
+}
+
+func (m *Minutes) markDirty(a *adState) {
+	if !a.dirty {
+		a.dirty = true
+		m.dirty = append(m.dirty, a)
+	}
 }
 
 // Add adds a partial sum (count and spend) for ad to the window starting at
@@ -118,39 +191,36 @@ func (m *Minutes) Add(ad string, windowStart, count, spend int64) bool {
 		return false
 	}
 	m.stats.PartialsIn++
-	ads, ok := m.open[windowStart]
-	if !ok {
-		ads = make(map[string]*acc)
-		m.open[windowStart] = ads
-		i, _ := slices.BinarySearch(m.starts, windowStart)
-		m.starts = slices.Insert(m.starts, i, windowStart)
+	a := m.adState(ad)
+	i := a.minute(windowStart)
+	newMinute := i < 0
+	if newMinute {
+		i = m.openMinute(a, windowStart)
 	}
-	a, ok := ads[ad]
-	if !ok {
-		a = &acc{}
-		ads[ad] = a
-	}
-	a.count += count
-	a.spend += spend
-	hk := hourKey{ad, hourStart(windowStart)}
-	h := m.hour(hk)
-	if !ok {
+	ms := &a.mins[i]
+	ms.count += count
+	ms.spend += spend
+	ms.dirty = true
+	h := &a.hours[m.hour(a, hourStart(windowStart))]
+	if newMinute {
 		h.nOpen++
 	}
 	h.open.count += count
 	h.open.spend += spend
-	m.dirtyMin[minuteKey{ad, windowStart}] = struct{}{}
-	m.dirtyHr[hk] = struct{}{}
+	h.dirty = true
+	m.markDirty(a)
 	return true
 }
 
-func (m *Minutes) hour(hk hourKey) *hourAcc {
-	h, ok := m.hours[hk]
-	if !ok {
-		h = &hourAcc{}
-		m.hours[hk] = h
+func (m *Minutes) noteHour(start int64) {
+	if !m.oldestOK || start < m.oldestHour {
+		m.oldestHour, m.oldestOK = start, true
 	}
-	return h
+}
+
+type hourRef struct {
+	a     *adState
+	start int64
 }
 
 // Advance moves the operator's watermark to wm (never back) and fires every
@@ -164,157 +234,151 @@ func (m *Minutes) Advance(wm int64, emit func(Row)) {
 		return
 	}
 	m.wm = wm
-	var touched []hourKey
-	seen := make(map[hourKey]struct{})
+	m.advances++
+	var touched []hourRef
 	for len(m.starts) > 0 && m.starts[0]+m.windowMs-1 <= wm {
 		start := m.starts[0]
 		m.starts = m.starts[1:]
-		ads := m.open[start]
+		list := m.open[start]
 		delete(m.open, start)
-		names := make([]string, 0, len(ads))
-		for ad := range ads {
-			names = append(names, ad)
-		}
-		slices.Sort(names)
-		for _, ad := range names {
-			a := ads[ad]
-			emit(Row{Ad: ad, StartMs: start, Valid: a.count, SpendMicros: a.spend, RunValid: a.count, RunSpend: a.spend})
-			m.stats.MinutesFired++
-			hk := hourKey{ad, hourStart(start)}
-			h := m.hour(hk)
-			h.open.count -= a.count
-			h.open.spend -= a.spend
-			h.nOpen--
-			h.closed.count += a.count
-			h.closed.spend += a.spend
-			if _, ok := seen[hk]; !ok {
-				seen[hk] = struct{}{}
-				touched = append(touched, hk)
+		slices.SortFunc(list, func(x, y *adState) int { return strings.Compare(x.ad, y.ad) })
+		for _, a := range list {
+			i := a.minute(start)
+			if i < 0 {
+				continue
 			}
-			m.dirtyMin[minuteKey{ad, start}] = struct{}{}
+			ms := a.mins[i]
+			a.mins = slices.Delete(a.mins, i, i+1)
+			m.nOpen--
+			emit(Row{Ad: a.ad, StartMs: start, Valid: ms.count, SpendMicros: ms.spend, RunValid: ms.count, RunSpend: ms.spend})
+			m.stats.MinutesFired++
+			hs := hourStart(start)
+			h := &a.hours[m.hour(a, hs)]
+			h.open.count -= ms.count
+			h.open.spend -= ms.spend
+			h.nOpen--
+			h.closed.count += ms.count
+			h.closed.spend += ms.spend
+			if h.fired != m.advances {
+				h.fired = m.advances
+				touched = append(touched, hourRef{a, hs})
+			}
 		}
 	}
-	for _, hk := range touched {
-		h := m.hours[hk]
-		emit(Row{Ad: hk.ad, StartMs: hk.start, Hour: true, Valid: h.closed.count, SpendMicros: h.closed.spend,
+	for _, t := range touched {
+		h := &t.a.hours[t.a.hourIdx(t.start)]
+		emit(Row{Ad: t.a.ad, StartMs: t.start, Hour: true, Valid: h.closed.count, SpendMicros: h.closed.spend,
 			RunValid: h.closed.count + h.open.count, RunSpend: h.closed.spend + h.open.spend})
 		m.stats.HourRows++
 	}
-	for hk, h := range m.hours {
-		if h.nOpen == 0 && hk.start+HourMs-1 <= wm {
-			delete(m.hours, hk)
+	if !m.oldestOK || m.oldestHour+HourMs-1 > wm {
+		return
+	}
+	m.oldestOK = false
+	for ad, a := range m.ads {
+		a.hours = slices.DeleteFunc(a.hours, func(h hourSlot) bool { return h.nOpen == 0 && h.start+HourMs-1 <= wm })
+		for i := range a.hours {
+			m.noteHour(a.hours[i].start)
+		}
+		if len(a.hours) == 0 && len(a.mins) == 0 {
+			delete(m.ads, ad)
 		}
 	}
 }
 
 // Early emits the running totals that changed since the last call: per
-// (ad, minute) the minute's count so far (or its final count if it closed
-// since), and per (ad, hour) the hour's fast total so far (closed plus open
-// minutes). It is the 1 s processing-time trigger for dashboards; rows for
-// billing never come from it.
+// (ad, minute) the minute's count so far, and per (ad, hour) the hour's
+// fast total so far (closed plus open minutes). A minute that closed since
+// is not emitted (its row carried its final total). It is the 1 s
+// processing-time trigger for dashboards; rows for billing never come from
+// it.
 func (m *Minutes) Early(emit func(Running)) {
-	for k := range m.dirtyMin {
-		if ads, ok := m.open[k.start]; ok {
-			if a, ok := ads[k.ad]; ok {
-				emit(Running{Ad: k.ad, StartMs: k.start, Valid: a.count, SpendMicros: a.spend})
+	for _, a := range m.dirty {
+		a.dirty = false
+		for i := range a.mins {
+			if ms := &a.mins[i]; ms.dirty {
+				ms.dirty = false
+				emit(Running{Ad: a.ad, StartMs: ms.start, Valid: ms.count, SpendMicros: ms.spend})
 			}
 		}
-		delete(m.dirtyMin, k)
-	}
-	for k := range m.dirtyHr {
-		if h, ok := m.hours[k]; ok {
-			emit(Running{Ad: k.ad, StartMs: k.start, Hour: true,
-				Valid: h.closed.count + h.open.count, SpendMicros: h.closed.spend + h.open.spend})
+		for i := range a.hours {
+			if h := &a.hours[i]; h.dirty {
+				h.dirty = false
+				emit(Running{Ad: a.ad, StartMs: h.start, Hour: true,
+					Valid: h.closed.count + h.open.count, SpendMicros: h.closed.spend + h.open.spend})
+			}
 		}
-		delete(m.dirtyHr, k)
 	}
+	clear(m.dirty)
+	m.dirty = m.dirty[:0]
 }
 
 // Totals calls fn for every running total the operator's state implies:
 // each open minute and each hour it still holds. The flush uses it to
 // rewrite the dashboards from restored state.
 func (m *Minutes) Totals(fn func(Running)) {
-	for start, ads := range m.open {
-		for ad, a := range ads {
-			fn(Running{Ad: ad, StartMs: start, Valid: a.count, SpendMicros: a.spend})
+	for _, a := range m.ads {
+		for _, ms := range a.mins {
+			fn(Running{Ad: a.ad, StartMs: ms.start, Valid: ms.count, SpendMicros: ms.spend})
 		}
-	}
-	for k, h := range m.hours {
-		fn(Running{Ad: k.ad, StartMs: k.start, Hour: true,
-			Valid: h.closed.count + h.open.count, SpendMicros: h.closed.spend + h.open.spend})
+		for _, h := range a.hours {
+			fn(Running{Ad: a.ad, StartMs: h.start, Hour: true,
+				Valid: h.closed.count + h.open.count, SpendMicros: h.closed.spend + h.open.spend})
+		}
 	}
 }
 
 // HasTotal reports whether state implies a running total for (ad, start,
 // hour).
 func (m *Minutes) HasTotal(ad string, start int64, hour bool) bool {
-	if hour {
-		_, ok := m.hours[hourKey{ad, start}]
-		return ok
+	a := m.ads[ad]
+	if a == nil {
+		return false
 	}
-	_, ok := m.open[start][ad]
-	return ok
+	if hour {
+		return a.hourIdx(start) >= 0
+	}
+	return a.minute(start) >= 0
 }
 
 // Snapshot serialises the operator's state grouped by key group of the ad,
 // calling fn once per non-empty key group, in key-group order.
 func (m *Minutes) Snapshot(fn func(kg int, data []byte) error) error {
-	type ent struct {
-		ad    string
-		start int64
-		hour  bool
-		a, b  acc
-		n     int
-	}
-	groups := make(map[int][]ent)
-	for start, ads := range m.open {
-		for ad, a := range ads {
-			kg := KeyGroup(ad)
-			groups[kg] = append(groups[kg], ent{ad: ad, start: start, a: *a})
+	groups := make(map[int][]*adState)
+	for _, a := range m.ads {
+		if len(a.mins) == 0 && len(a.hours) == 0 {
+			continue
 		}
-	}
-	for k, h := range m.hours {
-		kg := KeyGroup(k.ad)
-		groups[kg] = append(groups[kg], ent{ad: k.ad, start: k.start, hour: true, a: h.closed, b: h.open, n: h.nOpen})
+		kg := KeyGroup(a.ad)
+		groups[kg] = append(groups[kg], a)
 	}
 	kgs := make([]int, 0, len(groups))
 	for kg := range groups {
 		kgs = append(kgs, kg)
 	}
 	slices.Sort(kgs)
+	var mins []minSlot
+	var hours []hourSlot
 	for _, kg := range kgs {
-		es := groups[kg]
-		slices.SortFunc(es, func(x, y ent) int {
-			if x.hour != y.hour {
-				if x.hour {
-					return 1
-				}
-				return -1
-			}
-			if x.ad != y.ad {
-				if x.ad < y.ad {
-					return -1
-				}
-				return 1
-			}
-			return cmp.Compare(x.start, y.start)
-		})
+		as := groups[kg]
+		slices.SortFunc(as, func(x, y *adState) int { return strings.Compare(x.ad, y.ad) })
 		var b []byte
-		for _, e := range es {
-			if e.hour {
-				b = append(b, 'h')
-			} else {
-				b = append(b, 'm')
+		// Minutes first, then hours; each by ad, then start.
+		for _, a := range as {
+			mins = append(mins[:0], a.mins...)
+			slices.SortFunc(mins, func(x, y minSlot) int { return cmp.Compare(x.start, y.start) })
+			for _, ms := range mins {
+				b = appendEntry(b, 'm', a.ad, ms.start, ms.acc)
 			}
-			b = binary.AppendUvarint(b, uint64(len(e.ad)))
-			b = append(b, e.ad...)
-			b = binary.AppendVarint(b, e.start)
-			b = binary.AppendVarint(b, e.a.count)
-			b = binary.AppendVarint(b, e.a.spend)
-			if e.hour {
-				b = binary.AppendVarint(b, e.b.count)
-				b = binary.AppendVarint(b, e.b.spend)
-				b = binary.AppendVarint(b, int64(e.n))
+		}
+		for _, a := range as {
+			hours = append(hours[:0], a.hours...)
+			slices.SortFunc(hours, func(x, y hourSlot) int { return cmp.Compare(x.start, y.start) })
+			for _, h := range hours {
+				b = appendEntry(b, 'h', a.ad, h.start, h.closed)
+				b = binary.AppendVarint(b, h.open.count)
+				b = binary.AppendVarint(b, h.open.spend)
+				b = binary.AppendVarint(b, int64(h.nOpen))
 			}
 		}
 		if err := fn(kg, b); err != nil {
@@ -324,9 +388,19 @@ func (m *Minutes) Snapshot(fn func(kg int, data []byte) error) error {
 	return nil
 }
 
+func appendEntry(b []byte, kind byte, ad string, start int64, a acc) []byte {
+	b = append(b, kind)
+	b = binary.AppendUvarint(b, uint64(len(ad)))
+	b = append(b, ad...)
+	b = binary.AppendVarint(b, start)
+	b = binary.AppendVarint(b, a.count)
+	return binary.AppendVarint(b, a.spend)
+}
+
 var errCorrupt = errors.New("windowing: corrupt snapshot")
 
-// Restore adds the state of one key group, as produced by Snapshot.
+// Restore adds the state of one key group, as produced by Snapshot. An
+// entry that repeats one already held replaces it.
 func (m *Minutes) Restore(data []byte) error {
 	r := reader{b: data}
 	for len(r.b) > 0 {
@@ -344,20 +418,20 @@ func (m *Minutes) Restore(data []byte) error {
 			if r.err != nil {
 				return errCorrupt
 			}
-			ads, ok := m.open[start]
-			if !ok {
-				ads = make(map[string]*acc)
-				m.open[start] = ads
-				i, _ := slices.BinarySearch(m.starts, start)
-				m.starts = slices.Insert(m.starts, i, start)
+			a := m.adState(ad)
+			i := a.minute(start)
+			if i < 0 {
+				i = m.openMinute(a, start)
 			}
-			ads[ad] = &acc{count: c, spend: s}
+			a.mins[i].acc = acc{count: c, spend: s}
 		case 'h':
 			oc, os, no := r.varint(), r.varint(), r.varint()
 			if r.err != nil {
 				return errCorrupt
 			}
-			m.hours[hourKey{ad, start}] = &hourAcc{closed: acc{c, s}, open: acc{oc, os}, nOpen: int(no)}
+			a := m.adState(ad)
+			h := &a.hours[m.hour(a, start)]
+			h.closed, h.open, h.nOpen = acc{c, s}, acc{oc, os}, int(no)
 		default:
 			return errCorrupt
 		}
@@ -403,26 +477,24 @@ func HourStart(t int64) int64 { return hourStart(t) }
 
 // HourRows emits the roll-up row of every hour the operator holds that has
 // closed minutes (a rewrite of the rows from state, after the blue/green
-// sweep removed another generation's values).
+// sweep removed another generation's values), by ad and then hour.
 func (m *Minutes) HourRows(emit func(Row)) {
-	keys := make([]hourKey, 0, len(m.hours))
-	for k, h := range m.hours {
-		if h.closed.count > 0 {
-			keys = append(keys, k)
+	var rows []Row
+	for _, a := range m.ads {
+		for _, h := range a.hours {
+			if h.closed.count > 0 {
+				rows = append(rows, Row{Ad: a.ad, StartMs: h.start, Hour: true, Valid: h.closed.count, SpendMicros: h.closed.spend,
+					RunValid: h.closed.count + h.open.count, RunSpend: h.closed.spend + h.open.spend})
+			}
 		}
 	}
-	slices.SortFunc(keys, func(a, b hourKey) int {
-		if a.ad != b.ad {
-			if a.ad < b.ad {
-				return -1
-			}
-			return 1
+	slices.SortFunc(rows, func(x, y Row) int {
+		if c := strings.Compare(x.Ad, y.Ad); c != 0 {
+			return c
 		}
-		return cmp.Compare(a.start, b.start)
+		return cmp.Compare(x.StartMs, y.StartMs)
 	})
-	for _, k := range keys {
-		h := m.hours[k]
-		emit(Row{Ad: k.ad, StartMs: k.start, Hour: true, Valid: h.closed.count, SpendMicros: h.closed.spend,
-			RunValid: h.closed.count + h.open.count, RunSpend: h.closed.spend + h.open.spend})
+	for _, r := range rows {
+		emit(r)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand"
 	"slices"
 	"strings"
 	"testing"
@@ -83,6 +84,30 @@ func TestMinutesHourRollUp(t *testing.T) {
 	}
 	if m.OpenWindows() != 0 {
 		t.Fatalf("OpenWindows() = %d, want 0", m.OpenWindows())
+	}
+}
+
+// Hours are forgotten once complete whatever order they arrived in, and
+// after a restore.
+func TestMinutesForgetHours(t *testing.T) {
+	m := newMinutes(t)
+	m.Add("a", h0+3*HourMs, 1, 1)
+	collect(m, h0+mn)         // nothing complete yet
+	m.Add("b", h0+2*mn, 1, 1) // an older hour than any held
+	collect(m, h0+HourMs)
+	if m.HasTotal("b", h0, true) {
+		t.Fatal("hour of b kept after it completed")
+	}
+	if !m.HasTotal("a", h0+3*HourMs, true) {
+		t.Fatal("open hour of a dropped")
+	}
+	r := newMinutes(t)
+	if err := m.Snapshot(func(_ int, d []byte) error { return r.Restore(d) }); err != nil {
+		t.Fatal(err)
+	}
+	collect(r, h0+4*HourMs)
+	if r.HasTotal("a", h0+3*HourMs, true) {
+		t.Fatal("restored hour of a kept after it completed")
 	}
 }
 
@@ -243,5 +268,90 @@ func TestNewMinutesValidates(t *testing.T) {
 		if _, err := NewMinutes(w); err == nil || !strings.HasPrefix(err.Error(), "windowing:") {
 			t.Errorf("NewMinutes(%d) error = %v, want a windowing: error", w, err)
 		}
+	}
+}
+
+// TestMinutesEarlyMatchesModel drives Minutes with random partials,
+// watermarks and early firings and checks every Early against a naive
+// model: the open minutes and held hours changed since the last Early, with
+// their current running totals.
+func TestMinutesEarlyMatchesModel(t *testing.T) {
+	r := rand.New(rand.NewSource(7))
+	m := newMinutes(t)
+	type key struct {
+		ad    string
+		start int64
+		hour  bool
+	}
+	openMin := map[key]int64{} // open minutes: running count
+	hours := map[key]int64{}   // hours with an open minute or not yet complete
+	changed := map[key]bool{}
+	wm := int64(NoWatermark)
+	for step := 0; step < 20_000; step++ {
+		switch x := r.Intn(100); {
+		case x < 90:
+			ad := fmt.Sprintf("ad_%d", r.Intn(40))
+			start := h0 + int64(r.Intn(150))*mn
+			if wm != NoWatermark && start+mn-1 <= wm {
+				continue
+			}
+			c := int64(1 + r.Intn(3))
+			if !m.Add(ad, start, c, 0) {
+				t.Fatalf("Add(%s, %d) refused above the watermark", ad, start)
+			}
+			mk, hk := key{ad, start, false}, key{ad, HourStart(start), true}
+			openMin[mk] += c
+			hours[hk] += c
+			changed[mk], changed[hk] = true, true
+		case x < 97:
+			if wm == NoWatermark {
+				wm = h0
+			}
+			wm += int64(r.Intn(3)) * mn / 2
+			m.Advance(wm, func(Row) {})
+			for k := range openMin {
+				if k.start+mn-1 <= wm {
+					delete(openMin, k)
+				}
+			}
+			for k := range hours {
+				open := false
+				for mk := range openMin {
+					if mk.ad == k.ad && HourStart(mk.start) == k.start {
+						open = true
+					}
+				}
+				if !open && k.start+HourMs-1 <= wm {
+					delete(hours, k)
+				}
+			}
+		default:
+			var want []string
+			for k := range changed {
+				if v, ok := openMin[k]; ok && !k.hour {
+					want = append(want, fmt.Sprintf("m %s %d=%d", k.ad, k.start, v))
+				}
+				if v, ok := hours[k]; ok && k.hour {
+					want = append(want, fmt.Sprintf("h %s %d=%d", k.ad, k.start, v))
+				}
+			}
+			clear(changed)
+			var got []string
+			m.Early(func(r Running) {
+				k := "m"
+				if r.Hour {
+					k = "h"
+				}
+				got = append(got, fmt.Sprintf("%s %s %d=%d", k, r.Ad, r.StartMs, r.Valid))
+			})
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("step %d: Early emitted %v, want %v", step, got, want)
+			}
+		}
+	}
+	if n := m.OpenWindows(); n != len(openMin) {
+		t.Fatalf("OpenWindows() = %d, want %d", n, len(openMin))
 	}
 }

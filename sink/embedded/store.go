@@ -113,8 +113,8 @@ func (s *Store) Close() error {
 	}
 	s.tot.syncMu.Lock()
 	s.tot.mu.Lock()
-	p := &totalsPending{vals: s.tot.vals, epochs: s.tot.epochs}
-	s.tot.vals, s.tot.epochs = nil, nil
+	p := s.tot.vals
+	s.tot.vals = nil
 	s.tot.mu.Unlock()
 	serr := s.writeTotals(context.Background(), p)
 	s.tot.syncMu.Unlock()

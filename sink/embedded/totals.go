@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -21,17 +22,30 @@ import (
 // what restored state implies.
 type totalsBuffer struct {
 	mu       sync.Mutex
-	vals     map[sink.TotalKey]sink.Total
-	epochs   map[int64]map[sink.TotalKey]struct{}
-	flushing *totalsPending // being written by Sync; still visible to readers
+	vals     totalsPending
+	flushing totalsPending // being written by Sync; still visible to readers
 	// syncMu orders Sync against DeleteTotals, ForgetEpochs and
 	// TotalsWritten, which read or change what Sync writes.
 	syncMu sync.Mutex
 }
 
-type totalsPending struct {
-	vals   map[sink.TotalKey]sink.Total
-	epochs map[int64]map[sink.TotalKey]struct{}
+// totalsPending maps a key to its latest total and the epochs it was set
+// in: one map operation per SetTotals entry.
+type totalsPending map[sink.TotalKey]*pendingTotal
+
+type pendingTotal struct {
+	t      sink.Total
+	epochs []int64 // distinct, in the order first set; usually one
+	one    [1]int64 // epochs' first backing array: no allocation for one epoch
+}
+
+func (p *pendingTotal) addEpoch(e int64) {
+	if n := len(p.epochs); n > 0 && p.epochs[n-1] == e {
+		return
+	}
+	if !slices.Contains(p.epochs, e) {
+		p.epochs = append(p.epochs, e)
+	}
 }
 
 // SetTotals records absolute totals and each key under its epoch
@@ -53,18 +67,19 @@ func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) error {
 	b := &s.tot
 	b.mu.Lock()
 	if b.vals == nil {
-		b.vals = make(map[sink.TotalKey]sink.Total)
-		b.epochs = make(map[int64]map[sink.TotalKey]struct{})
+		b.vals = make(totalsPending)
 	}
 	for _, t := range ts {
 		k := t.Key()
-		b.vals[k] = t
-		e := b.epochs[t.Epoch]
-		if e == nil {
-			e = make(map[sink.TotalKey]struct{})
-			b.epochs[t.Epoch] = e
+		if p := b.vals[k]; p != nil {
+			p.t = t
+			p.addEpoch(t.Epoch)
+			continue
 		}
-		e[k] = struct{}{}
+		p := &pendingTotal{t: t}
+		p.epochs = p.one[:0]
+		b.vals[k] = p
+		p.addEpoch(t.Epoch)
 	}
 	b.mu.Unlock()
 	s.metrics.Writes.WithLabelValues("set_total").Add(float64(len(ts)))
@@ -82,34 +97,29 @@ func (s *Store) Sync(ctx context.Context) error {
 	b.syncMu.Lock()
 	defer b.syncMu.Unlock()
 	b.mu.Lock()
-	p := &totalsPending{vals: b.vals, epochs: b.epochs}
-	b.vals, b.epochs = nil, nil
+	p := b.vals
+	b.vals = nil
 	b.flushing = p
 	b.mu.Unlock()
 	err := s.writeTotals(ctx, p)
 	b.mu.Lock()
 	if err != nil {
-		// Put them back under anything set meanwhile (which is newer).
-		for k, t := range p.vals {
-			if _, ok := b.vals[k]; !ok {
-				if b.vals == nil {
-					b.vals = make(map[sink.TotalKey]sink.Total)
-				}
-				b.vals[k] = t
-			}
+		// Put them back under anything set meanwhile (which is newer), keeping
+		// every epoch either recorded.
+		if b.vals == nil {
+			b.vals = make(totalsPending)
 		}
-		for e, ks := range p.epochs {
-			if b.epochs == nil {
-				b.epochs = make(map[int64]map[sink.TotalKey]struct{})
+		for k, old := range p {
+			cur := b.vals[k]
+			if cur == nil {
+				b.vals[k] = old
+				continue
 			}
-			m := b.epochs[e]
-			if m == nil {
-				m = make(map[sink.TotalKey]struct{})
-				b.epochs[e] = m
+			for _, e := range cur.epochs {
+				old.addEpoch(e)
 			}
-			for k := range ks {
-				m[k] = struct{}{}
-			}
+			old.t = cur.t
+			b.vals[k] = old
 		}
 	}
 	b.flushing = nil
@@ -117,8 +127,8 @@ func (s *Store) Sync(ctx context.Context) error {
 	return err
 }
 
-func (s *Store) writeTotals(ctx context.Context, p *totalsPending) error {
-	if len(p.vals) == 0 && len(p.epochs) == 0 {
+func (s *Store) writeTotals(ctx context.Context, p totalsPending) error {
+	if len(p) == 0 {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -126,11 +136,9 @@ func (s *Store) writeTotals(ctx context.Context, p *totalsPending) error {
 	}
 	batch := s.db.NewBatch()
 	defer batch.Close()
-	for k, t := range p.vals {
-		_ = batch.Set(totalKey(k), encodeTotal(t), nil)
-	}
-	for e, ks := range p.epochs {
-		for k := range ks {
+	for k, pt := range p {
+		_ = batch.Set(totalKey(k), encodeTotal(pt.t), nil)
+		for _, e := range pt.epochs {
 			_ = batch.Set(epochKey(e, k), nil, nil)
 			_ = batch.Set(reverseKey(k, e), nil, nil)
 		}
@@ -146,13 +154,11 @@ func (s *Store) pendingTotal(k sink.TotalKey) (sink.Total, bool) {
 	b := &s.tot
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if t, ok := b.vals[k]; ok {
-		return t, true
+	if p := b.vals[k]; p != nil {
+		return p.t, true
 	}
-	if b.flushing != nil {
-		if t, ok := b.flushing.vals[k]; ok {
-			return t, true
-		}
+	if p := b.flushing[k]; p != nil {
+		return p.t, true
 	}
 	return sink.Total{}, false
 }
@@ -278,10 +284,8 @@ func (s *Store) ForgetEpochs(ctx context.Context, from, to int64) error {
 	s.tot.syncMu.Lock()
 	defer s.tot.syncMu.Unlock()
 	s.tot.mu.Lock()
-	for e := range s.tot.epochs {
-		if e >= from && e < to {
-			delete(s.tot.epochs, e)
-		}
+	for _, p := range s.tot.vals {
+		p.epochs = slices.DeleteFunc(p.epochs, func(e int64) bool { return e >= from && e < to })
 	}
 	s.tot.mu.Unlock()
 	lower, upper := epochPrefix(from), epochPrefix(to)
@@ -371,8 +375,5 @@ func (s *Store) forgetPending(keys []sink.TotalKey) {
 	defer b.mu.Unlock()
 	for _, k := range keys {
 		delete(b.vals, k)
-		for _, m := range b.epochs {
-			delete(m, k)
-		}
 	}
 }
