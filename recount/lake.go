@@ -207,13 +207,13 @@ type hourRows struct {
 
 // writerOptions are the Parquet writer settings of the lake: Snappy pages,
 // page statistics, one row group per object. The string columns carry no
-// min/max bounds: nothing prunes on them (the recount reads every row; a
+// min/max bounds or page statistics: nothing prunes on them (the recount reads every row; a
 // query engine prunes on event_hour_ms, epoch and the times), and computing
 // them was a tenth of the lake's cost.
 func writerOptions() []parquet.WriterOption {
 	opts := []parquet.WriterOption{parquet.Compression(&fastSnappy{}), parquet.CreatedBy("adclick", "", "")}
 	for _, col := range []string{"verdict", "click_id", "ad_id", "campaign_id", "device_id", "shard", "seq", "raw"} {
-		opts = append(opts, parquet.SkipPageBounds(col))
+		opts = append(opts, parquet.SkipPageBounds(col), parquet.SkipPageStatistics(col))
 	}
 	return opts
 }

@@ -206,7 +206,12 @@ func (d *driver) sendBatch(ctx context.Context, o int) error {
 		return nil
 	}
 	err := sendTimed(ctx, d.j.pres[o].in, toPre{kind: mClicks, clicks: d.batches[o], procMs: d.procMs, sentNs: time.Now().UnixNano()}, d.blocked)
-	d.batches[o] = make([]ingest.Click, 0, d.j.cfg.BatchSize)
+	select {
+	case b := <-d.j.freeBatches:
+		d.batches[o] = b
+	default:
+		d.batches[o] = make([]ingest.Click, 0, d.j.cfg.BatchSize)
+	}
 	return err
 }
 

@@ -62,10 +62,13 @@ type Job struct {
 	lake       recount.Store
 	sourceLake *recount.Writer
 	pres       []*preSub
-	wins       []*winSub
-	acks       chan ack
-	ctl        chan ctlReq
-	done       chan struct{}
+	// freeBatches returns click batches from the pre-aggregators to the
+	// driver for reuse (a batch is the largest allocation per click).
+	freeBatches chan []ingest.Click
+	wins        []*winSub
+	acks        chan ack
+	ctl         chan ctlReq
+	done        chan struct{}
 
 	restoreMs int64
 	kin       *kinesisSource
@@ -243,6 +246,7 @@ func (j *Job) build() error {
 	for i := range wins {
 		wins[i] = make(chan toWin, j.cfg.ChannelCapacity*p)
 	}
+	freeParts := make(chan []preagg.Partial, 2*p*(j.cfg.ChannelCapacity*p+2))
 	for i := 0; i < p; i++ {
 		mins, err := windowing.NewMinutes(j.cfg.WindowMs)
 		if err != nil {
@@ -251,7 +255,7 @@ func (j *Job) build() error {
 		w := &winSub{idx: i, minutes: mins, late: latepath.New(j.cfg.HorizonMs), in: wins[i], acks: j.acks,
 			inputs: p, wms: make([]int64, p), procs: make([]int64, p), wm: preagg.NoWatermark,
 			epoch: j.c, restored: j.c, gen: j.cfg.JobGen, earlyMs: j.cfg.EarlyFiringMs,
-			rows: j.rows, totals: j.totals, totalsOK: true, m: j.m, log: j.log}
+			rows: j.rows, totals: j.totals, totalsOK: true, m: j.m, log: j.log, freeParts: freeParts}
 		for k := range w.wms {
 			w.wms[k] = preagg.NoWatermark
 		}
@@ -278,8 +282,12 @@ func (j *Job) build() error {
 		if err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
+		if j.freeBatches == nil {
+			j.freeBatches = make(chan []ingest.Click, p*(j.cfg.ChannelCapacity+2))
+		}
 		j.pres = append(j.pres, &preSub{idx: i, pa: pa, dedup: dd, in: make(chan toPre, j.cfg.ChannelCapacity), outs: wins,
-			acks: j.acks, lake: lw, epoch: j.c, par: p, late: make([][]lateClick, p), m: j.m})
+			acks: j.acks, lake: lw, epoch: j.c, par: p, late: make([][]lateClick, p), m: j.m, free: j.freeBatches,
+			freeParts: freeParts})
 	}
 	return nil
 }

@@ -95,6 +95,11 @@ type preSub struct {
 	rec   latepath.Record
 	m     *metrics
 	lat   latencies
+	free  chan<- []ingest.Click // handled click batches go back to the driver
+	// parts are the partials being routed to each window subtask; handled
+	// slices come back through freeParts.
+	parts     [][]preagg.Partial
+	freeParts chan []preagg.Partial
 }
 
 func (s *preSub) run(ctx context.Context) error {
@@ -140,6 +145,14 @@ func (s *preSub) handle(ctx context.Context, msg toPre) error {
 			return err
 		}
 		s.lat.add(time.Now().UnixNano() - msg.sentNs)
+		// Nothing keeps a pointer into the batch (the strings it refers to
+		// are copied by value where they are kept): hand it back, emptied
+		// so it does not pin the strings.
+		clear(msg.clicks)
+		select {
+		case s.free <- msg.clicks[:0]:
+		default:
+		}
 		return nil
 	case mTick:
 		parts, err := s.pa.Tick(msg.procMs)
@@ -222,29 +235,42 @@ func (s *preSub) logClick(c *ingest.Click, verdict string) error {
 // forward sends partials (routed by the ad's key group) and pending late
 // clicks to the window subtasks.
 func (s *preSub) forward(ctx context.Context, parts []preagg.Partial, procMs int64) error {
-	var per [][]preagg.Partial
+	if s.parts == nil {
+		s.parts = make([][]preagg.Partial, s.par)
+	}
 	if len(parts) > 0 {
 		s.m.partials.Add(float64(len(parts)))
-		per = make([][]preagg.Partial, s.par)
 		for _, p := range parts {
 			o := windowing.Owner(windowing.KeyGroup(p.Ad), s.par)
-			per[o] = append(per[o], p)
+			if s.parts[o] == nil {
+				s.parts[o] = s.partsBuf()
+			}
+			s.parts[o] = append(s.parts[o], p)
 		}
 	}
 	for o := 0; o < s.par; o++ {
-		var ps []preagg.Partial
-		if per != nil {
-			ps = per[o]
-		}
+		ps := s.parts[o]
 		if len(ps) == 0 && len(s.late[o]) == 0 {
 			continue
 		}
 		if err := sendTimed(ctx, s.outs[o], toWin{kind: mClicks, from: s.idx, partials: ps, late: s.late[o], procMs: procMs}, s.m.blocked.WithLabelValues("preagg")); err != nil {
 			return err
 		}
+		s.parts[o] = nil
 		s.late[o] = nil
 	}
 	return nil
+}
+
+// partsBuf returns an empty partials slice, reused if a window subtask has
+// handed one back.
+func (s *preSub) partsBuf() []preagg.Partial {
+	select {
+	case b := <-s.freeParts:
+		return b
+	default:
+		return make([]preagg.Partial, 0, 256)
+	}
 }
 
 func (s *preSub) broadcast(ctx context.Context, m toWin) error {
@@ -306,8 +332,11 @@ type winSub struct {
 	tots     []sink.Total
 	totalsOK bool
 	unsent   map[sink.TotalKey]sink.Total // totals not written during an outage
-	m        *metrics
-	log      *slog.Logger
+	byWriter [2][]sink.Put                // flushWrites' split of puts, reused
+	// freeParts takes handled partial slices back to the pre-aggregators.
+	freeParts chan<- []preagg.Partial
+	m         *metrics
+	log       *slog.Logger
 }
 
 func (w *winSub) run(ctx context.Context) error {
@@ -335,6 +364,13 @@ func (w *winSub) handle(ctx context.Context, msg toWin) (bool, error) {
 		}
 		for _, l := range msg.late {
 			w.late.Add(l.ad, l.eventMs, 1, l.spend)
+		}
+		if msg.partials != nil {
+			clear(msg.partials)
+			select {
+			case w.freeParts <- msg.partials[:0]:
+			default:
+			}
 		}
 	case mTick:
 		return false, w.tick(ctx, msg.from, msg.procMs)
@@ -460,7 +496,10 @@ func (w *winSub) flushWrites(ctx context.Context) error {
 	if len(w.puts) > 0 {
 		// Fast and late writes go in separate calls, so refusals are
 		// counted per writer.
-		var byWriter [2][]sink.Put
+		byWriter := &w.byWriter
+		for i := range byWriter {
+			byWriter[i] = byWriter[i][:0]
+		}
 		for _, p := range w.puts {
 			i := 0
 			if p.Writer == sink.Late {

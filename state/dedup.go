@@ -154,12 +154,14 @@ func (d *Dedup) Insert(kg int, id string, expiryMs int64) (inserted bool, err er
 	if id == "" {
 		return false, errors.New("state: dedup insert: empty id")
 	}
-	if err := d.db.enter(); err != nil {
-		return false, err
+	// The common case (a new id, answered by the filter) touches only this
+	// Dedup's memory: no gate, whose mutex the subtasks would share. What
+	// reads or writes Pebble enters the gate.
+	if d.db.gate.IsClosed() {
+		return false, ErrClosed
 	}
-	defer d.db.gate.Leave()
 	if !d.loaded[kg] {
-		if err := d.load(kg); err != nil {
+		if err := d.withGate(func() error { return d.load(kg) }); err != nil {
 			return false, err
 		}
 	}
@@ -198,9 +200,18 @@ func (d *Dedup) Insert(kg int, id string, expiryMs int64) (inserted bool, err er
 		d.expiredTo[kg] = bucket
 	}
 	if p.sizeBytes() >= d.db.opts.DedupBatchBytes {
-		return true, d.commitLocked()
+		return true, d.Commit()
 	}
 	return true, nil
+}
+
+// withGate runs fn inside the DB's gate.
+func (d *Dedup) withGate(fn func() error) error {
+	if err := d.db.enter(); err != nil {
+		return err
+	}
+	defer d.db.gate.Leave()
+	return fn()
 }
 
 // Expire removes every id of key groups [kgFrom, kgTo) whose expiry bucket
@@ -276,11 +287,10 @@ func (d *Dedup) commitLocked() error {
 	// sorted keys several times faster than random ones, because each insert
 	// starts from the previous one's position. The ids are distinct, so the
 	// order has no other effect.
-	p.sort()
 	b := d.db.db.NewBatchWithSize(p.sizeBytes() + 64)
 	defer b.Close()
-	for i := range p.ents {
-		if err := b.Set(p.key(&p.ents[i]), nil, nil); err != nil {
+	for _, o := range p.sorted() {
+		if err := b.Set(p.key(&p.ents[o.i]), nil, nil); err != nil {
 			return fmt.Errorf("state: dedup commit: %w", err)
 		}
 	}
@@ -295,6 +305,10 @@ func (d *Dedup) seen(key []byte, ph uint64) (bool, error) {
 	if d.pending.contains(key, ph) {
 		return true, nil
 	}
+	if err := d.db.enter(); err != nil {
+		return false, err
+	}
+	defer d.db.gate.Leave()
 	_, closer, err := d.db.db.Get(key)
 	switch {
 	case err == nil:

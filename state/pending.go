@@ -18,18 +18,25 @@ type pendingSet struct {
 	// table holds entry index + 1 (0 = empty slot); its length is a power of
 	// two kept at least twice the number of entries.
 	table []uint32
+	order []sortEnt // reused by sort
 }
 
-// pendingEnt is one pending key: arena[off:off+n]. kg, bucket (sign bit
-// flipped, as in the key) and the id's first eight bytes (big-endian, zero
-// padded) order entries like their keys without reading the arena, except
-// for ties.
+// pendingEnt is one pending key: arena[off:off+n], in key group kg and
+// expiry bucket.
 type pendingEnt struct {
-	bucket uint64
-	idPfx  uint64
+	bucket int64
 	hash   uint64
 	off, n uint32
 	kg     uint8
+}
+
+// sortEnt orders entry i by k: key group, bucket relative to the batch's
+// smallest, the id's first six bytes (or, for a bucket 511 or more after
+// the smallest, key group alone); ties are broken by the whole key. Sorting these 16-byte values moves far less memory than
+// sorting the entries.
+type sortEnt struct {
+	k uint64
+	i uint32
 }
 
 func (p *pendingSet) len() int { return len(p.ents) }
@@ -73,11 +80,8 @@ func (p *pendingSet) add(off int, kg int, bucket int64, id string, ph uint64) {
 	if 2*(len(p.ents)+1) > len(p.table) {
 		p.grow()
 	}
-	var pfx [8]byte
-	copy(pfx[:], id)
 	p.ents = append(p.ents, pendingEnt{
-		bucket: uint64(bucket) ^ (1 << 63),
-		idPfx:  binary.BigEndian.Uint64(pfx[:]),
+		bucket: bucket,
 		hash:   ph,
 		off:    uint32(off),
 		n:      uint32(len(p.arena) - off),
@@ -104,21 +108,36 @@ func (p *pendingSet) grow() {
 	}
 }
 
-// sort orders the entries by key. The table is stale afterwards: call reset
-// before the next add.
-func (p *pendingSet) sort() {
-	slices.SortFunc(p.ents, func(a, b pendingEnt) int {
-		if c := cmp.Compare(a.kg, b.kg); c != 0 {
-			return c
+// sorted returns the entries' indexes in key order (valid until the next
+// add or reset). The keys are distinct.
+func (p *pendingSet) sorted() []sortEnt {
+	if len(p.ents) == 0 {
+		return nil
+	}
+	minB := p.ents[0].bucket
+	for i := range p.ents {
+		minB = min(minB, p.ents[i].bucket)
+	}
+	const idOff = 2 + 8 // prefix, key group, bucket
+	o := p.order[:0]
+	for i := range p.ents {
+		e := &p.ents[i]
+		k := uint64(e.kg)<<57 | 511<<48 // a far bucket: ties, ordered by the whole key
+		if d := e.bucket - minB; d >= 0 && d < 511 {
+			var pfx [8]byte
+			copy(pfx[2:], p.arena[e.off+idOff:e.off+e.n])
+			k = uint64(e.kg)<<57 | uint64(d)<<48 | binary.BigEndian.Uint64(pfx[:])
 		}
-		if c := cmp.Compare(a.bucket, b.bucket); c != 0 {
-			return c
+		o = append(o, sortEnt{k: k, i: uint32(i)})
+	}
+	slices.SortFunc(o, func(a, b sortEnt) int {
+		if a.k != b.k {
+			return cmp.Compare(a.k, b.k)
 		}
-		if c := cmp.Compare(a.idPfx, b.idPfx); c != 0 {
-			return c
-		}
-		return bytes.Compare(p.key(&a), p.key(&b))
+		return bytes.Compare(p.key(&p.ents[a.i]), p.key(&p.ents[b.i]))
 	})
+	p.order = o
+	return o
 }
 
 // reset empties the set, keeping its memory.

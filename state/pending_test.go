@@ -55,20 +55,22 @@ func TestPendingSortOrdersLikeKeys(t *testing.T) {
 	ins := []in{
 		{2, 5, "b"}, {1, 5, "zz"}, {1, -3, "a"}, {1, 5, "abcdefgh2"},
 		{1, 5, "abcdefgh1"}, {1, 5, "abcdefgh"}, {1, 5, "abcdefg\x00"}, {0, 9, "q"},
+		{1, 5, "ab"}, {1, 5, "ab\x00"}, {1, 600, "a"}, {1, 4000, "a"}, {1, 3000, "b"}, {127, 1 << 40, "x"},
+		{127, -(1 << 40), "y"}, {1, 1 << 62, "z"}, {1, -(1 << 62), "z"},
 	}
 	for i, x := range ins {
 		off := len(p.arena)
 		p.arena = append(d.appendKey(p.arena, x.kg, x.bucket), x.id...)
 		p.add(off, x.kg, x.bucket, x.id, uint64(i))
 	}
-	p.sort()
-	for i := 1; i < p.len(); i++ {
-		a, b := p.key(&p.ents[i-1]), p.key(&p.ents[i])
+	order := p.sorted()
+	for i := 1; i < len(order); i++ {
+		a, b := p.key(&p.ents[order[i-1].i]), p.key(&p.ents[order[i].i])
 		if string(a) >= string(b) {
 			t.Errorf("entry %d %x is not before entry %d %x", i-1, a, i, b)
 		}
 	}
-	if p.len() != len(ins) {
-		t.Fatalf("len = %d, want %d", p.len(), len(ins))
+	if len(order) != len(ins) {
+		t.Fatalf("len = %d, want %d", len(order), len(ins))
 	}
 }

@@ -91,6 +91,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.BoolVar(&cfg.NoDedup, "no-dedup", false, "benchmarks only: turn duplicate detection off (never for billing)")
 	fs.BoolVar(&cfg.NoCheckpoint, "no-checkpoint", false, "benchmarks only: take no checkpoints (a crash loses everything)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	memprofile := fs.String("memprofile", "", "write a heap profile (allocations since start, and what is live) to this file at exit")
 	statsFile := fs.String("stats-file", "", "write run statistics (batch latencies, state size) as JSON to this file at exit")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -151,6 +152,19 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if *memprofile != "" {
+		defer func() {
+			f, err := os.Create(*memprofile)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "adclick: memory profile:", err)
+				return
+			}
+			defer f.Close()
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fmt.Fprintln(os.Stderr, "adclick: memory profile:", err)
+			}
+		}()
 	}
 	job, err := runtime.Open(ctx, cfg)
 	if err != nil {

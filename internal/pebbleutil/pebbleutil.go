@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 )
 
 // Logger drops Pebble's informational logs and sends its errors to slog,
@@ -38,7 +39,17 @@ type Gate struct {
 	idle   sync.Cond
 	active int
 	closed bool
+	// shut mirrors closed for IsClosed: a load that does not write the
+	// shared cache line the mutex lives on.
+	shut atomic.Bool
 }
+
+// IsClosed reports whether Close has been called (it may still be waiting
+// for running operations). An operation that touches
+// only its caller's memory may use it instead of Enter and Leave: the
+// answer can be stale by the time it returns, so anything that reaches the
+// store must still Enter.
+func (g *Gate) IsClosed() bool { return g.shut.Load() }
 
 // Enter admits an operation; the caller must call Leave if it returns nil.
 func (g *Gate) Enter() error {
@@ -70,6 +81,7 @@ func (g *Gate) Close() error {
 		return g.Closed
 	}
 	g.closed = true
+	g.shut.Store(true)
 	if g.idle.L == nil {
 		g.idle.L = &g.mu
 	}
@@ -77,12 +89,4 @@ func (g *Gate) Close() error {
 		g.idle.Wait()
 	}
 	return nil
-}
-
-// IsClosed reports whether Close has been called (it may still be waiting
-// for running operations).
-func (g *Gate) IsClosed() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.closed
 }
