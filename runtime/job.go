@@ -286,7 +286,7 @@ func (j *Job) build() error {
 			j.freeBatches = make(chan []ingest.Click, p*(j.cfg.ChannelCapacity+2))
 		}
 		j.pres = append(j.pres, &preSub{idx: i, pa: pa, dedup: dd, in: make(chan toPre, j.cfg.ChannelCapacity), outs: wins,
-			acks: j.acks, lake: lw, epoch: j.c, par: p, late: make([][]lateClick, p), m: j.m, free: j.freeBatches,
+			acks: j.acks, lake: lw, epoch: j.c, par: p, late: make([][]lateClick, p), m: j.m, free: j.freeBatches, horizonMs: j.cfg.HorizonMs,
 			freeParts: freeParts})
 	}
 	return nil

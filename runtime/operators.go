@@ -96,6 +96,11 @@ type preSub struct {
 	m     *metrics
 	lat   latencies
 	free  chan<- []ingest.Click // handled click batches go back to the driver
+	// kgs holds the key group of each click of the batch being handled;
+	// horizonMs is the acceptance horizon (a dedup id expires at impression
+	// + horizon).
+	kgs       []int
+	horizonMs int64
 	// parts are the partials being routed to each window subtask; handled
 	// slices come back through freeParts.
 	parts     [][]preagg.Partial
@@ -117,9 +122,18 @@ func (s *preSub) run(ctx context.Context) error {
 func (s *preSub) handle(ctx context.Context, msg toPre) error {
 	switch msg.kind {
 	case mClicks:
+		kgs := s.kgs[:0]
 		for i := range msg.clicks {
 			c := &msg.clicks[i]
-			v, err := s.pa.Add(c, windowing.KeyGroup(c.ClickID))
+			kgs = append(kgs, windowing.KeyGroup(c.ClickID))
+			if s.dedup != nil {
+				s.dedup.Prefetch(kgs[i], c.ClickID, c.ImpressionMs+s.horizonMs)
+			}
+		}
+		s.kgs = kgs
+		for i := range msg.clicks {
+			c := &msg.clicks[i]
+			v, err := s.pa.Add(c, kgs[i])
 			if err != nil {
 				return err
 			}

@@ -43,6 +43,7 @@ type Dedup struct {
 	recent [KeyGroups]*[ringSize]ringSlot
 
 	inserted, duplicates int64
+	touched              uint32 // sink of Prefetch's reads, so they are not optimised away
 }
 
 const ringSize = 256 // minutes; covers the 2 h horizon with room
@@ -212,6 +213,25 @@ func (d *Dedup) withGate(fn func() error) error {
 	}
 	defer d.db.gate.Leave()
 	return fn()
+}
+
+// Prefetch reads the filter blocks that an Insert of id would test, and
+// changes nothing. The filters of a busy subtask are far larger than the
+// processor's caches, so each Insert of a new id waits on a cache miss;
+// calling Prefetch for a batch of ids before inserting them lets those misses
+// overlap instead.
+func (d *Dedup) Prefetch(kg int, id string, expiryMs int64) {
+	if kg < 0 || kg >= KeyGroups || d.recent[kg] == nil {
+		return
+	}
+	f := d.lookupFilter(kg, bucketOf(expiryMs))
+	if f == nil {
+		return
+	}
+	h := maphash.String(d.seed, id)
+	for _, s := range f.stages {
+		d.touched += s.block(h)[0]
+	}
 }
 
 // Expire removes every id of key groups [kgFrom, kgTo) whose expiry bucket
