@@ -444,11 +444,13 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 	}
 	// A running-total store that writes back (the embedded one) makes
 	// everything set before this barrier durable before the checkpoint can
-	// be restored.
+	// be restored. It writes its own store, so it runs beside the state
+	// checkpoint; both finish before the checkpoint is put.
+	syncErr := make(chan error, 1)
 	if ts, ok := j.totals.(interface{ Sync(context.Context) error }); ok {
-		if err := ts.Sync(ctx); err != nil {
-			return Meta{}, "", fmt.Errorf("runtime: checkpoint %d: sync running totals: %w", id, err)
-		}
+		go func() { syncErr <- ts.Sync(ctx) }()
+	} else {
+		syncErr <- nil
 	}
 	fp, desc := j.cfg.fingerprint()
 	wm := d.wms.Current()
@@ -458,11 +460,20 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 	meta := Meta{ID: id, JobGen: j.cfg.JobGen, Fingerprint: fp, Settings: desc, Positions: positions, Floors: floors,
 		Watermark: wm, Parallelism: j.cfg.Parallelism, Restored: j.c, TakenAtMs: d.procMs, Final: final}
 	meta, loc, err := j.ckpts.put(ctx, meta, savepoint, began, func(dir string) error {
-		if err := j.st.Checkpoint(filepath.Join(dir, "state")); err != nil {
-			return fmt.Errorf("runtime: checkpoint %d: %w", id, err)
+		cerr := j.st.Checkpoint(filepath.Join(dir, "state"))
+		if cerr != nil {
+			cerr = fmt.Errorf("runtime: checkpoint %d: %w", id, cerr)
 		}
-		return nil
+		if serr := <-syncErr; serr != nil {
+			cerr = errors.Join(cerr, fmt.Errorf("runtime: checkpoint %d: sync running totals: %w", id, serr))
+		}
+		syncErr = nil
+		return cerr
 	})
+	if syncErr != nil {
+		// put failed before running the function: wait for the sync all the same.
+		<-syncErr
+	}
 	if err != nil {
 		return Meta{}, "", err
 	}
