@@ -152,15 +152,13 @@ func validPart(part string) error {
 type Writer struct {
 	store Store
 	part  string
-	// bufs holds the buffered rows, one entry per hour in order of first
-	// Add; idx maps an hour to its entry and last is the entry of the last
-	// Add (clicks come mostly in one hour, so most Adds skip the map).
-	bufs []hourRows
-	idx  map[int64]int
-	last int
-	// free keeps row slices of earlier chunks for reuse, largest first.
-	free    [][]Row
-	n       int
+	// rows holds the buffered rows in order of Add, all hours together;
+	// writeChunk groups them by hour into scratch. Both are reused from one
+	// chunk to the next, so a writer's memory is two chunks' worth of rows
+	// whatever the mix of hours.
+	rows    []Row
+	scratch []Row
+	hours   []hourCount
 	pw      *parquet.GenericWriter[Row]
 	buf     bytes.Buffer
 	written int64
@@ -196,13 +194,14 @@ func NewWriter(store Store, part string) (*Writer, error) {
 	if err := validPart(part); err != nil {
 		return nil, err
 	}
-	return &Writer{store: store, part: part, idx: make(map[int64]int)}, nil
+	return &Writer{store: store, part: part}, nil
 }
 
-// hourRows is the buffer of one hour's rows.
-type hourRows struct {
-	hour int64
-	rows []Row
+// hourCount is one hour of a chunk: how many rows it has, then where its
+// rows start in the writer's scratch buffer.
+type hourCount struct {
+	hour    int64
+	n, next int
 }
 
 // writerOptions are the Parquet writer settings of the lake: Snappy pages,
@@ -221,44 +220,17 @@ func writerOptions() []parquet.WriterOption {
 // Add buffers r (its strings are kept, not copied). The epoch is given at
 // Flush.
 func (w *Writer) Add(r *latepath.Record) {
-	h := PartitionHour(r)
-	i := w.last
-	if i >= len(w.bufs) || w.bufs[i].hour != h {
-		i = w.hourIndex(h)
-		w.last = i
-	}
-	b := &w.bufs[i]
 	raw := r.Raw
 	if len(raw) > latepath.MaxRaw {
 		raw = raw[:latepath.MaxRaw]
 	}
-	b.rows = append(b.rows, Row{Verdict: r.Verdict, ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, DeviceID: r.DeviceID,
+	w.rows = append(w.rows, Row{Verdict: r.Verdict, ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, DeviceID: r.DeviceID,
 		ImpressionMs: r.ImpressionMs, DeviceMs: r.DeviceMs, EventMs: r.EventMs, ArrivalMs: r.ArrivalMs,
-		SpendMicros: r.SpendMicros, Shard: r.Shard, Seq: r.Seq, Raw: raw, EventHourMs: h})
-	w.n++
-}
-
-// hourIndex returns the index in w.bufs of hour h, adding an entry (with
-// the largest free slice) if there is none.
-func (w *Writer) hourIndex(h int64) int {
-	if w.idx == nil {
-		w.idx = make(map[int64]int)
-	}
-	if i, ok := w.idx[h]; ok {
-		return i
-	}
-	var rows []Row
-	if k := len(w.free); k > 0 {
-		rows, w.free[0] = w.free[0], nil
-		w.free = w.free[1:]
-	}
-	w.bufs = append(w.bufs, hourRows{hour: h, rows: rows})
-	w.idx[h] = len(w.bufs) - 1
-	return len(w.bufs) - 1
+		SpendMicros: r.SpendMicros, Shard: r.Shard, Seq: r.Seq, Raw: raw, EventHourMs: PartitionHour(r)})
 }
 
 // Buffered returns the number of records added since the last Flush.
-func (w *Writer) Buffered() int { return w.n }
+func (w *Writer) Buffered() int { return len(w.rows) }
 
 // Written returns the rows and bytes written by Flush so far.
 func (w *Writer) Written() (rows, bytes int64) { return w.written, w.bytes }
@@ -269,7 +241,7 @@ func (w *Writer) Written() (rows, bytes int64) { return w.written, w.bytes }
 // rest. Like Flush, it writes the epoch's manifest (every key of the epoch
 // so far) before the objects.
 func (w *Writer) Spill(ctx context.Context, epoch int64) error {
-	if w.n < w.spillRows() {
+	if len(w.rows) < w.spillRows() {
 		return nil
 	}
 	return w.writeChunk(ctx, epoch)
@@ -291,7 +263,7 @@ func (w *Writer) Flush(ctx context.Context, epoch int64) error {
 }
 
 func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
-	if w.n == 0 {
+	if len(w.rows) == 0 {
 		return nil
 	}
 	if w.chunk > 0 && w.chunkEpoch != epoch {
@@ -300,13 +272,10 @@ func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
 		w.chunk, w.epochKeys = 0, w.epochKeys[:0]
 	}
 	w.chunkEpoch = epoch
-	slices.SortFunc(w.bufs, func(a, b hourRows) int { return cmp.Compare(a.hour, b.hour) })
-	for i := range w.bufs {
-		w.idx[w.bufs[i].hour] = i
-	}
+	parts := w.byHour()
 	keys := len(w.epochKeys)
-	for _, b := range w.bufs {
-		w.epochKeys = append(w.epochKeys, chunkKey(b.hour, w.part, epoch, w.chunk))
+	for _, h := range w.hours {
+		w.epochKeys = append(w.epochKeys, chunkKey(h.hour, w.part, epoch, w.chunk))
 	}
 	var man strings.Builder
 	for _, k := range w.epochKeys {
@@ -317,8 +286,7 @@ func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
 		w.epochKeys = w.epochKeys[:keys]
 		return fmt.Errorf("recount: flush epoch %d: %w", epoch, err)
 	}
-	for i := range w.bufs {
-		rows := w.bufs[i].rows
+	for i, rows := range parts {
 		for j := range rows {
 			rows[j].Epoch = epoch
 		}
@@ -333,38 +301,60 @@ func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
 		w.bytes += int64(len(data))
 	}
 	w.chunk++
-	w.recycle()
+	// Forget the rows, dropping the strings they reference; keep the
+	// buffers.
+	clear(w.scratch)
+	w.scratch = w.scratch[:0]
+	clear(w.rows)
+	w.rows = w.rows[:0]
 	return nil
 }
 
-// recycle forgets the buffered rows: it drops the strings they reference
-// and keeps the largest slices for the next chunk, at most maxFree of them
-// and about two chunks' worth of rows in all, so a writer's memory stays
-// bounded by its spill size.
-func (w *Writer) recycle() {
-	for i := range w.bufs {
-		rows := w.bufs[i].rows
-		clear(rows)
-		w.free = append(w.free, rows[:0])
-		w.bufs[i] = hourRows{}
+// byHour returns the buffered rows grouped by hour, hours ascending (and
+// sets w.hours to match), each group in order of Add. With one hour (the
+// common case) that is the buffer itself; otherwise the rows are copied
+// into scratch, one group after another.
+func (w *Writer) byHour() [][]Row {
+	w.hours = w.hours[:0]
+	last := -1
+	for i := range w.rows {
+		h := w.rows[i].EventHourMs
+		if last < 0 || w.hours[last].hour != h {
+			last = slices.IndexFunc(w.hours, func(c hourCount) bool { return c.hour == h })
+			if last < 0 {
+				w.hours = append(w.hours, hourCount{hour: h})
+				last = len(w.hours) - 1
+			}
+		}
+		w.hours[last].n++
 	}
-	w.bufs = w.bufs[:0]
-	clear(w.idx)
-	w.last = 0
-	w.n = 0
-	slices.SortFunc(w.free, func(a, b []Row) int { return cmp.Compare(cap(b), cap(a)) })
-	limit := 2 * w.spillRows()
-	total, keep := 0, 0
-	for keep < len(w.free) && keep < maxFree && (keep == 0 || total+cap(w.free[keep]) <= limit) {
-		total += cap(w.free[keep])
-		keep++
+	slices.SortFunc(w.hours, func(a, b hourCount) int { return cmp.Compare(a.hour, b.hour) })
+	if len(w.hours) == 1 {
+		return [][]Row{w.rows}
 	}
-	clear(w.free[keep:])
-	w.free = w.free[:keep]
+	off := 0
+	for i := range w.hours {
+		w.hours[i].next = off
+		off += w.hours[i].n
+	}
+	w.scratch = slices.Grow(w.scratch[:0], len(w.rows))[:len(w.rows)]
+	for i := range w.rows {
+		h := w.rows[i].EventHourMs
+		k := 0
+		for w.hours[k].hour != h {
+			k++
+		}
+		w.scratch[w.hours[k].next] = w.rows[i]
+		w.hours[k].next++
+	}
+	parts := make([][]Row, len(w.hours))
+	off = 0
+	for i, h := range w.hours {
+		parts[i] = w.scratch[off : off+h.n]
+		off += h.n
+	}
+	return parts
 }
-
-// maxFree is the number of row slices a writer keeps between chunks.
-const maxFree = 8
 
 func (w *Writer) spillRows() int {
 	if w.SpillRows > 0 {
