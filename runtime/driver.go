@@ -32,6 +32,7 @@ type driver struct {
 	procMs     int64
 	nextTick   int64
 	lastCkpt   int64 // processing time the last checkpoint completed (or the job started)
+	preflushed bool  // the state was flushed ahead of the next checkpoint
 	records    int64
 	invalid    int64
 	blocked    prometheus.Counter
@@ -263,9 +264,20 @@ func (d *driver) tick(ctx context.Context, t int64) error {
 		return err
 	}
 	d.publish(t, wm)
-	if !d.j.cfg.NoCheckpoint && t-d.lastCkpt >= d.j.cfg.CheckpointIntervalMs {
-		if _, err := d.checkpoint(ctx, t, false); err != nil {
-			return err
+	if !d.j.cfg.NoCheckpoint {
+		iv := d.j.cfg.CheckpointIntervalMs
+		if t-d.lastCkpt >= iv {
+			if _, err := d.checkpoint(ctx, t, false); err != nil {
+				return err
+			}
+		} else if !d.preflushed && t-d.lastCkpt >= iv-iv/10 {
+			// A tenth of the interval before the checkpoint, write the
+			// state's memtable out while the graph runs: the checkpoint,
+			// which stops the graph, then flushes only the rest.
+			d.preflushed = true
+			if err := d.j.st.FlushSoon(); err != nil {
+				return err
+			}
 		}
 	}
 	select {
@@ -408,12 +420,14 @@ func (d *driver) checkpointAs(ctx context.Context, procMs int64, final, savepoin
 		j.m.ckpts.WithLabelValues("failed").Inc()
 		return Meta{}, "", fmt.Errorf("runtime: checkpoint %d: %w", id, err)
 	}
+	aligned := time.Since(began)
 	meta, loc, err := d.write(ctx, id, positions, floors, win, late, final, savepoint, began)
 	if err != nil {
 		j.m.ckpts.WithLabelValues("failed").Inc()
 		return Meta{}, "", err
 	}
 	d.lastCkpt = procMs
+	d.preflushed = false
 	j.ckptCount++
 	j.m.ckpts.WithLabelValues("completed").Inc()
 	j.m.ckptDuration.Observe(float64(meta.DurationMs) / 1000)
@@ -423,7 +437,8 @@ func (d *driver) checkpointAs(ctx context.Context, procMs int64, final, savepoin
 	j.mu.Lock()
 	j.status.LastCheckpoint = &meta
 	j.mu.Unlock()
-	j.log.Debug("checkpoint", "id", id, "duration_ms", meta.DurationMs, "size_bytes", meta.SizeBytes, "final", final)
+	j.log.Debug("checkpoint", "id", id, "duration_ms", meta.DurationMs, "aligned_ms", aligned.Milliseconds(),
+		"size_bytes", meta.SizeBytes, "final", final)
 	return meta, loc, nil
 }
 
@@ -447,7 +462,7 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 	// be restored. It writes its own store, so it runs beside the state
 	// checkpoint; both finish before the checkpoint is put.
 	syncErr := make(chan error, 1)
-	if ts, ok := j.totals.(interface{ Sync(context.Context) error }); ok {
+	if ts, ok := j.totals.(syncer); ok {
 		go func() { syncErr <- ts.Sync(ctx) }()
 	} else {
 		syncErr <- nil
@@ -484,6 +499,9 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 	d.forgetEpochs(ctx)
 	return meta, loc, nil
 }
+
+// syncer is a running-total store that writes back (the embedded one).
+type syncer interface{ Sync(context.Context) error }
 
 // forgetEpochs drops the running-total store's bookkeeping of epochs no
 // restore can go back to: below the oldest kept checkpoint and every

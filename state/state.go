@@ -136,6 +136,21 @@ func (db *DB) Checkpoint(dir string) error {
 	return nil
 }
 
+// FlushSoon starts writing the memtable to disk in the background and
+// returns at once. Called shortly before a checkpoint, it leaves the
+// checkpoint's own flush (while the graph is stopped) only what was written
+// since.
+func (db *DB) FlushSoon() error {
+	if err := db.enter(); err != nil {
+		return err
+	}
+	defer db.gate.Leave()
+	if _, err := db.db.AsyncFlush(); err != nil {
+		return fmt.Errorf("state: flush: %w", err)
+	}
+	return nil
+}
+
 // OpenFromCheckpoint replaces workDir with a copy of the checkpoint in
 // ckptDir and opens it. Immutable table files are hard-linked (copied if
 // linking fails); every other file is copied, so the checkpoint is never

@@ -419,3 +419,45 @@ func randomID(r *rand.Rand, buf []byte) string {
 	}
 	return string(out)
 }
+
+// TestFlushSoonThenCheckpoint flushes in the background between two sets of
+// inserts: the checkpoint after them holds both.
+func TestFlushSoonThenCheckpoint(t *testing.T) {
+	db, _ := openTemp(t, Options{})
+	d := db.NewDedup()
+	exp := int64(10 * hourMs)
+	insert := func(prefix string) {
+		for i := range 2000 {
+			mustInsert(t, d, i%KeyGroups, fmt.Sprintf("%s%d", prefix, i), exp, true)
+		}
+		if err := d.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert("a")
+	if err := db.FlushSoon(); err != nil {
+		t.Fatal(err)
+	}
+	insert("b")
+	ckpt := filepath.Join(t.TempDir(), "ckpt")
+	if err := db.Checkpoint(ckpt); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.FlushSoon(); !errors.Is(err, ErrClosed) {
+		t.Errorf("FlushSoon after Close: %v, want ErrClosed", err)
+	}
+	r, err := OpenFromCheckpoint(ckpt, filepath.Join(t.TempDir(), "work"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rd := r.NewDedup()
+	for _, prefix := range []string{"a", "b"} {
+		for i := range 2000 {
+			mustInsert(t, rd, i%KeyGroups, fmt.Sprintf("%s%d", prefix, i), exp, false)
+		}
+	}
+}
