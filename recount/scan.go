@@ -133,9 +133,10 @@ func leaf(schema *parquet.Schema, name string, k parquet.Kind, ok bool) (int, bo
 
 var errColumnLength = errors.New("column chunk does not hold one value per row")
 
-// readStrings fills dst with the values of a BYTE_ARRAY column chunk.
-func (s *scanner) readStrings(cc parquet.ColumnChunk, dst []string) error {
-	clear(s.dicts) // a dictionary belongs to one column chunk
+// eachPage calls fill for every page of a column chunk that must hold
+// exactly n non-null values, with the page's first value index and count,
+// and releases the page after it.
+func eachPage(cc parquet.ColumnChunk, n int, fill func(p parquet.Page, i, k int) error) error {
 	pages := cc.Pages()
 	defer pages.Close()
 	i := 0
@@ -147,11 +148,28 @@ func (s *scanner) readStrings(cc parquet.ColumnChunk, dst []string) error {
 		if err != nil {
 			return err
 		}
-		n := int(p.NumValues())
-		if p.NumNulls() != 0 || i+n > len(dst) {
+		k := int(p.NumValues())
+		if p.NumNulls() != 0 || i+k > n {
 			parquet.Release(p)
 			return errColumnLength
 		}
+		err = fill(p, i, k)
+		parquet.Release(p)
+		if err != nil {
+			return err
+		}
+		i += k
+	}
+	if i != n {
+		return errColumnLength
+	}
+	return nil
+}
+
+// readStrings fills dst with the values of a BYTE_ARRAY column chunk.
+func (s *scanner) readStrings(cc parquet.ColumnChunk, dst []string) error {
+	clear(s.dicts) // a dictionary belongs to one column chunk
+	return eachPage(cc, len(dst), func(p parquet.Page, i, n int) error {
 		out := dst[i : i+n]
 		data := p.Data()
 		switch dict := p.Dictionary(); {
@@ -159,7 +177,6 @@ func (s *scanner) readStrings(cc parquet.ColumnChunk, dst []string) error {
 			entries := s.dictStrings(dict)
 			for j, x := range data.Int32() {
 				if x < 0 || int(x) >= len(entries) {
-					parquet.Release(p)
 					return fmt.Errorf("dictionary index %d out of range", x)
 				}
 				out[j] = entries[x]
@@ -167,7 +184,6 @@ func (s *scanner) readStrings(cc parquet.ColumnChunk, dst []string) error {
 		case dict == nil && data.Kind() == encoding.ByteArray:
 			b, offs := data.ByteArray()
 			if len(offs) != n+1 {
-				parquet.Release(p)
 				return errColumnLength
 			}
 			all := string(b)
@@ -175,53 +191,23 @@ func (s *scanner) readStrings(cc parquet.ColumnChunk, dst []string) error {
 				out[j] = all[offs[j]:offs[j+1]]
 			}
 		default:
-			if err := s.readValues(p, n, func(j int, v parquet.Value) { out[j] = string(v.ByteArray()) }); err != nil {
-				parquet.Release(p)
-				return err
-			}
+			return s.readValues(p, n, func(j int, v parquet.Value) { out[j] = string(v.ByteArray()) })
 		}
-		parquet.Release(p)
-		i += n
-	}
-	if i != len(dst) {
-		return errColumnLength
-	}
-	return nil
+		return nil
+	})
 }
 
 // readInts fills dst with the values of an INT64 column chunk.
 func (s *scanner) readInts(cc parquet.ColumnChunk, dst []int64) error {
-	pages := cc.Pages()
-	defer pages.Close()
-	i := 0
-	for {
-		p, err := pages.ReadPage()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		n := int(p.NumValues())
-		if p.NumNulls() != 0 || i+n > len(dst) {
-			parquet.Release(p)
-			return errColumnLength
-		}
+	return eachPage(cc, len(dst), func(p parquet.Page, i, n int) error {
 		out := dst[i : i+n]
 		data := p.Data()
 		if p.Dictionary() == nil && data.Kind() == encoding.Int64 && len(data.Int64()) == n {
 			copy(out, data.Int64())
-		} else if err := s.readValues(p, n, func(j int, v parquet.Value) { out[j] = v.Int64() }); err != nil {
-			parquet.Release(p)
-			return err
+			return nil
 		}
-		parquet.Release(p)
-		i += n
-	}
-	if i != len(dst) {
-		return errColumnLength
-	}
-	return nil
+		return s.readValues(p, n, func(j int, v parquet.Value) { out[j] = v.Int64() })
+	})
 }
 
 // readValues is the slow path for a page of another encoding.
