@@ -291,10 +291,14 @@ func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
 			rows[j].Epoch = epoch
 		}
 		data, err := w.encode(rows)
-		if err != nil {
-			return fmt.Errorf("recount: flush epoch %d: %w", epoch, err)
+		if err == nil {
+			err = w.store.Put(ctx, w.epochKeys[keys+i], data)
 		}
-		if err := w.store.Put(ctx, w.epochKeys[keys+i], data); err != nil {
+		if err != nil {
+			// The rows stay buffered; a retry lists this chunk's keys again
+			// (the manifest already written lists them: a restore removes
+			// what exists of them).
+			w.epochKeys = w.epochKeys[:keys]
 			return fmt.Errorf("recount: flush epoch %d: %w", epoch, err)
 		}
 		w.written += int64(len(rows))

@@ -2,6 +2,8 @@ package recount
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,5 +78,66 @@ func TestSpillChunksReadBackAndRemove(t *testing.T) {
 	}
 	if len(keys) != 0 {
 		t.Errorf("left after removing epochs ≥ 1: %s", strings.Join(keys, ", "))
+	}
+}
+
+// failingPuts fails the n-th Put of a parquet object (counting from 1), once.
+type failingPuts struct {
+	*memStore
+	n, seen int
+}
+
+func (f *failingPuts) Put(ctx context.Context, key string, data []byte) error {
+	if strings.HasSuffix(key, ".parquet") {
+		f.seen++
+		if f.seen == f.n {
+			return errors.New("injected put failure")
+		}
+	}
+	return f.memStore.Put(ctx, key, data)
+}
+
+// TestFlushRetryAfterObjectFailure fails one object upload of a two-hour
+// chunk: the rows stay buffered, and the retried Flush writes every object
+// with a manifest that lists each key once.
+func TestFlushRetryAfterObjectFailure(t *testing.T) {
+	ctx := context.Background()
+	st := &failingPuts{memStore: newMemStore(), n: 2}
+	w, err := NewWriter(st, "preagg-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const h0 = 1_795_946_400_000
+	for i := range 10 {
+		h := h0 + int64(i%2)*HourMs
+		w.Add(&latepath.Record{Verdict: latepath.VerdictCounted, ClickID: fmt.Sprint("c", i), AdID: "a", CampaignID: "k", DeviceID: "d",
+			ImpressionMs: h, DeviceMs: h, EventMs: h, ArrivalMs: h, SpendMicros: 1, Shard: "S1"})
+	}
+	if err := w.Flush(ctx, 3); err == nil {
+		t.Fatal("Flush with a failing object upload succeeded")
+	}
+	if w.Buffered() != 10 {
+		t.Fatalf("buffered %d after a failed flush, want 10", w.Buffered())
+	}
+	if err := w.Flush(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	man, err := st.Get(ctx, manifestKey(3, "preagg-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := strings.Fields(string(man))
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if seen[k] {
+			t.Errorf("manifest lists %s twice: %q", k, man)
+		}
+		seen[k] = true
+		if _, err := st.Get(ctx, k); err != nil {
+			t.Errorf("manifest key %s: %v", k, err)
+		}
+	}
+	if len(keys) != 2 {
+		t.Errorf("manifest lists %d keys, want 2 (one per hour): %q", len(keys), man)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -274,9 +275,11 @@ func (d *driver) tick(ctx context.Context, t int64) error {
 			// A tenth of the interval before the checkpoint, write the
 			// state's memtable out while the graph runs: the checkpoint,
 			// which stops the graph, then flushes only the rest.
+			// Only a speed-up: a failure leaves the whole flush to the
+			// checkpoint.
 			d.preflushed = true
 			if err := d.j.st.FlushSoon(); err != nil {
-				return err
+				d.j.log.Warn("early state flush failed; the checkpoint flushes everything", "err", err)
 			}
 		}
 	}
@@ -461,12 +464,7 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 	// everything set before this barrier durable before the checkpoint can
 	// be restored. It writes its own store, so it runs beside the state
 	// checkpoint; both finish before the checkpoint is put.
-	syncErr := make(chan error, 1)
-	if ts, ok := j.totals.(syncer); ok {
-		go func() { syncErr <- ts.Sync(ctx) }()
-	} else {
-		syncErr <- nil
-	}
+	syncDone := d.startSync(ctx)
 	fp, desc := j.cfg.fingerprint()
 	wm := d.wms.Current()
 	if wm == math.MaxInt64 {
@@ -479,16 +477,14 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 		if cerr != nil {
 			cerr = fmt.Errorf("runtime: checkpoint %d: %w", id, cerr)
 		}
-		if serr := <-syncErr; serr != nil {
+		if serr := syncDone(); serr != nil {
 			cerr = errors.Join(cerr, fmt.Errorf("runtime: checkpoint %d: sync running totals: %w", id, serr))
 		}
-		syncErr = nil
 		return cerr
 	})
-	if syncErr != nil {
-		// put failed before running the function: wait for the sync all the same.
-		<-syncErr
-	}
+	// Also when put failed before calling the function: no sync outlives
+	// the checkpoint.
+	_ = syncDone()
 	if err != nil {
 		return Meta{}, "", err
 	}
@@ -502,6 +498,24 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 
 // syncer is a running-total store that writes back (the embedded one).
 type syncer interface{ Sync(context.Context) error }
+
+// startSync starts the running-total store's sync, if it has one, and
+// returns a function that waits for it and returns its error (the same
+// error on every call).
+func (d *driver) startSync(ctx context.Context) func() error {
+	ts, ok := d.j.totals.(syncer)
+	if !ok {
+		return func() error { return nil }
+	}
+	ch := make(chan error, 1)
+	go func() { ch <- ts.Sync(ctx) }()
+	var once sync.Once
+	var err error
+	return func() error {
+		once.Do(func() { err = <-ch })
+		return err
+	}
+}
 
 // forgetEpochs drops the running-total store's bookkeeping of epochs no
 // restore can go back to: below the oldest kept checkpoint and every
