@@ -723,6 +723,10 @@ func TestTemplateResources(t *testing.T) {
 		if e := props(tp.Resources[n])["Engine"]; e != "valkey" {
 			t.Errorf("%s: Engine %v, want valkey", n, e)
 		}
+		// The tasks connect with --valkey-tls (checked with their commands).
+		if e := props(tp.Resources[n])["TransitEncryptionEnabled"]; fmt.Sprint(e) != "true" {
+			t.Errorf("%s: TransitEncryptionEnabled %v, want true", n, e)
+		}
 	}
 	for _, n := range tp.ofType("AWS::Kinesis::Stream") {
 		if get(props(tp.Resources[n]), "StreamModeDetails", "StreamMode") == nil {
@@ -783,18 +787,23 @@ func TestTemplateResources(t *testing.T) {
 			continue
 		}
 		values := map[string]string{}
+		given := map[string]bool{}
 		for i := 1; i < len(cmd); i++ {
 			w, ok := cmd[i].(string)
 			if !ok || !strings.HasPrefix(w, "--") {
 				continue
 			}
 			name, _, _ := strings.Cut(strings.TrimPrefix(w, "--"), "=")
+			given[name] = true
 			if !flags[name] {
 				t.Errorf("%s: command flag --%s is not in `adclick run --help`", n, name)
 			}
 			if i+1 < len(cmd) {
 				values[name] = flatten(cmd[i+1])
 			}
+		}
+		if !given["valkey-tls"] {
+			t.Errorf("%s: no --valkey-tls: the Valkey group requires in-transit encryption", n)
 		}
 		for flag, prefix := range map[string]string{"source": "kinesis:", "sink": "dynamodb:", "checkpoints": "s3://", "valkey": "${Valkey.PrimaryEndPoint.Address}"} {
 			if !strings.HasPrefix(values[flag], prefix) {

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -244,5 +246,23 @@ func TestOpsRequests(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("requests:\ngot  %q\nwant %q", got, want)
+	}
+}
+
+// TestValkeyTLSCAUnreadable: a CA file that cannot be used stops the job
+// before it starts, saying why.
+func TestValkeyTLSCAUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(binPath, "run", "--data", filepath.Join(dir, "data"), "--listen", "", "--progress", "0",
+		"--valkey", "127.0.0.1:1", "--valkey-tls-ca", filepath.Join(dir, "absent.pem"))
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("run with an absent --valkey-tls-ca: %v, want a non-zero exit", err)
+	}
+	if !strings.Contains(errb.String(), "valkey: tls:") || !strings.Contains(errb.String(), "absent.pem") {
+		t.Fatalf("stderr %q does not say the CA file is unusable", errb.String())
 	}
 }

@@ -26,6 +26,8 @@ type sinkFlags struct {
 	sink         string
 	valkey       string
 	valkeyPrefix string
+	valkeyTLS    bool
+	valkeyCA     string
 }
 
 func (f *sinkFlags) register(fs *flag.FlagSet, withValkey bool) {
@@ -33,6 +35,8 @@ func (f *sinkFlags) register(fs *flag.FlagSet, withValkey bool) {
 	if withValkey {
 		fs.StringVar(&f.valkey, "valkey", "", "running totals in Valkey at HOST:PORT (default: the embedded store when --sink is embedded, none otherwise)")
 		fs.StringVar(&f.valkeyPrefix, "valkey-prefix", "adclick", "prefix of every Valkey key (jobs sharing one Valkey need different prefixes)")
+		fs.BoolVar(&f.valkeyTLS, "valkey-tls", false, "connect to Valkey over TLS (1.2 or later), checking its certificate against the system's roots (ElastiCache with in-transit encryption) or --valkey-tls-ca")
+		fs.StringVar(&f.valkeyCA, "valkey-tls-ca", "", "PEM file of the certificate authorities that sign Valkey's certificate (implies --valkey-tls)")
 	}
 }
 
@@ -88,7 +92,16 @@ func (f *sinkFlags) open(ctx context.Context, reg prometheus.Registerer) (sink.R
 		rows = st
 	}
 	if f.valkey != "" {
-		vs, err := valkey.New(ctx, valkey.Options{Addr: f.valkey, Prefix: f.valkeyPrefix, Registerer: reg})
+		opts := valkey.Options{Addr: f.valkey, Prefix: f.valkeyPrefix, Registerer: reg}
+		if f.valkeyTLS || f.valkeyCA != "" {
+			tc, err := valkey.TLSConfig(f.valkey, f.valkeyCA)
+			if err != nil {
+				closeAll()
+				return nil, nil, nil, err
+			}
+			opts.TLS = tc
+		}
+		vs, err := valkey.New(ctx, opts)
 		if err != nil {
 			closeAll()
 			return nil, nil, nil, fmt.Errorf("valkey %s: %w", f.valkey, err)

@@ -35,7 +35,7 @@ type totalsPending map[sink.TotalKey]*pendingTotal
 
 type pendingTotal struct {
 	t      sink.Total
-	epochs []int64 // distinct, in the order first set; usually one
+	epochs []int64  // distinct, in the order first set; usually one
 	one    [1]int64 // epochs' first backing array: no allocation for one epoch
 }
 
