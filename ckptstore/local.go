@@ -241,6 +241,42 @@ func (l *Local) Download(ctx context.Context, id int64, kind Kind, localDir stri
 	return l.m.fail("download", l.download(ctx, id, kind, localDir))
 }
 
+// ReadFile implements Store.
+func (l *Local) ReadFile(ctx context.Context, id int64, kind Kind, path string) ([]byte, error) {
+	b, err := l.readFile(id, kind, path)
+	return b, l.m.fail("read", err)
+}
+
+func (l *Local) readFile(id int64, kind Kind, path string) ([]byte, error) {
+	if err := kind.valid(); err != nil {
+		return nil, err
+	}
+	if !fs.ValidPath(path) {
+		return nil, fmt.Errorf("ckptstore: read %s %d: invalid path %q", kind, id, path)
+	}
+	dir := l.Dir(id, kind)
+	b, err := os.ReadFile(filepath.Join(dir, LocalManifest))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("ckptstore: read %s %d: %w", kind, id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ckptstore: read %s %d: %w", kind, id, err)
+	}
+	m, err := decodeManifest(b, id, kind)
+	if err != nil {
+		return nil, err
+	}
+	f, ok := m.file(path)
+	if !ok {
+		return nil, fmt.Errorf("ckptstore: read %s %d: %s: %w", kind, id, path, ErrNotFound)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(path)))
+	if err != nil {
+		return nil, fmt.Errorf("ckptstore: read %s %d: %w", kind, id, err)
+	}
+	return data, f.check(data)
+}
+
 func (l *Local) download(ctx context.Context, id int64, kind Kind, localDir string) error {
 	if err := kind.valid(); err != nil {
 		return err

@@ -140,6 +140,12 @@ func TestLocalCorrupt(t *testing.T) {
 	if err := l.Download(context.Background(), 1, Checkpoint, dst); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("download of a corrupted checkpoint: got %v, want ErrCorrupt", err)
 	}
+	if _, err := l.ReadFile(context.Background(), 1, Checkpoint, "state/1.sst"); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("ReadFile of a corrupted file: got %v, want ErrCorrupt", err)
+	}
+	if b, err := l.ReadFile(context.Background(), 1, Checkpoint, "meta.json"); err != nil || string(b) != "{}" {
+		t.Errorf("ReadFile of an intact file: got %q, %v; want {}", b, err)
+	}
 	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("failed download left %s behind (%v)", dst, err)
 	}
@@ -184,5 +190,31 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 2 {
 		t.Errorf("got %d problems reported, want 2: %v", n, err)
+	}
+}
+
+func TestLocalReadFile(t *testing.T) {
+	ctx := context.Background()
+	l := newLocal(t)
+	tree := writeTree(t, map[string]string{"state/1.sst": "one", "meta.json": `{"watermark": 7}`})
+	mustUpload(t, l, tree, 4, Checkpoint)
+	for path, want := range map[string]string{"meta.json": `{"watermark": 7}`, "state/1.sst": "one"} {
+		if b, err := l.ReadFile(ctx, 4, Checkpoint, path); err != nil || string(b) != want {
+			t.Errorf("ReadFile(%s) = %q, %v; want %q", path, b, err, want)
+		}
+	}
+	for _, c := range []struct {
+		id   int64
+		kind Kind
+		path string
+	}{{4, Checkpoint, "absent.json"}, {5, Checkpoint, "meta.json"}, {4, Savepoint, "meta.json"}} {
+		if _, err := l.ReadFile(ctx, c.id, c.kind, c.path); !errors.Is(err, ErrNotFound) {
+			t.Errorf("ReadFile(%d, %v, %s): got %v, want ErrNotFound", c.id, c.kind, c.path, err)
+		}
+	}
+	for _, bad := range []string{"../meta.json", "/meta.json", "state/../meta.json", ""} {
+		if _, err := l.ReadFile(ctx, 4, Checkpoint, bad); err == nil {
+			t.Errorf("ReadFile(%q) succeeded, want an invalid-path error", bad)
+		}
 	}
 }

@@ -501,6 +501,34 @@ func (r *Remote) Download(ctx context.Context, id int64, kind Kind, localDir str
 	return r.m.fail("download", r.download(ctx, id, kind, localDir))
 }
 
+// ReadFile implements Store.
+func (r *Remote) ReadFile(ctx context.Context, id int64, kind Kind, path string) ([]byte, error) {
+	b, err := r.readFile(ctx, id, kind, path)
+	return b, r.m.fail("read", err)
+}
+
+func (r *Remote) readFile(ctx context.Context, id int64, kind Kind, path string) ([]byte, error) {
+	if err := checkID(id, kind); err != nil {
+		return nil, err
+	}
+	m, err := r.manifest(ctx, kind, id)
+	if err != nil {
+		return nil, fmt.Errorf("ckptstore: read: %w", err)
+	}
+	f, ok := m.file(path)
+	if !ok {
+		return nil, fmt.Errorf("ckptstore: read %s %d: %s: %w", kind, id, path, ErrNotFound)
+	}
+	data, err := r.getBytes(ctx, f.Key)
+	if errors.Is(err, errNoKey) {
+		return nil, fmt.Errorf("ckptstore: read %s %d: %s: object %s is missing: %w", kind, id, path, f.Key, ErrCorrupt)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ckptstore: read %s %d: %w", kind, id, err)
+	}
+	return data, f.check(data)
+}
+
 func (r *Remote) download(ctx context.Context, id int64, kind Kind, localDir string) error {
 	if err := checkID(id, kind); err != nil {
 		return err

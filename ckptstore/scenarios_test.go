@@ -418,6 +418,17 @@ func scenarioBasics(t *testing.T, e *remoteEnv) {
 	wantIDs(t, e.r, Checkpoint, 1)
 	mustUpload(t, e.r, tree, 2, Checkpoint) // ids after a savepoint start are reused
 	sameTree(t, mustDownload(t, e.r, 2, Checkpoint), tree)
+	for path, want := range map[string]string{"meta.json": "{}", "state/9.sst": "nine"} {
+		if b, err := e.r.ReadFile(ctx, 2, Checkpoint, path); err != nil || string(b) != want {
+			t.Errorf("ReadFile(%s) = %q, %v; want %q", path, b, err, want)
+		}
+	}
+	if _, err := e.r.ReadFile(ctx, 2, Checkpoint, "absent.json"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("ReadFile of a file the checkpoint lacks: got %v, want ErrNotFound", err)
+	}
+	if _, err := e.r.ReadFile(ctx, 9, Checkpoint, "meta.json"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("ReadFile of a missing id: got %v, want ErrNotFound", err)
+	}
 
 	// Corrupt the shared table: a download fails and leaves nothing.
 	if err := e.r.putBytes(ctx, e.sharedOf(t, Checkpoint, 2)[0], []byte("nina")); err != nil {
@@ -426,6 +437,9 @@ func scenarioBasics(t *testing.T, e *remoteEnv) {
 	dst := filepath.Join(t.TempDir(), "r")
 	if err := e.r.Download(ctx, 2, Checkpoint, dst); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("download of a corrupted checkpoint: got %v, want ErrCorrupt", err)
+	}
+	if _, err := e.r.ReadFile(ctx, 2, Checkpoint, "state/9.sst"); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("ReadFile of a corrupted file: got %v, want ErrCorrupt", err)
 	}
 	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("failed download left %s behind (%v)", dst, err)

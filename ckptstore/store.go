@@ -92,6 +92,10 @@ type Store interface {
 	// size and SHA-256 recorded at upload; localDir appears only once all
 	// of them are in place.
 	Download(ctx context.Context, id int64, kind Kind, localDir string) error
+	// ReadFile returns one file of a complete id by its slash-separated
+	// path in the tree (for example "meta.json"), checked like Download's;
+	// ErrNotFound if the id is not complete or has no such file.
+	ReadFile(ctx context.Context, id int64, kind Kind, path string) ([]byte, error)
 	// Delete removes a complete or partial id (ErrNotFound if nothing is
 	// stored under it). Shared files are left to Prune.
 	Delete(ctx context.Context, id int64, kind Kind) error
@@ -155,6 +159,28 @@ type manifest struct {
 	CreatedMs int64       `json:"created_ms"` // Unix ms
 	Dirs      []string    `json:"dirs,omitempty"`
 	Files     []fileEntry `json:"files"`
+}
+
+// file returns the entry of path, if the manifest lists it.
+func (m *manifest) file(path string) (fileEntry, bool) {
+	for _, f := range m.Files {
+		if f.Path == path {
+			return f, true
+		}
+	}
+	return fileEntry{}, false
+}
+
+// check reports whether data has the size and SHA-256 the entry records.
+func (f fileEntry) check(data []byte) error {
+	if int64(len(data)) != f.Size {
+		return fmt.Errorf("ckptstore: %s: got %d bytes, manifest says %d: %w", f.Path, len(data), f.Size, ErrCorrupt)
+	}
+	sum := sha256.Sum256(data)
+	if s := hex.EncodeToString(sum[:]); s != f.SHA256 {
+		return fmt.Errorf("ckptstore: %s: checksum %s, manifest says %s: %w", f.Path, s, f.SHA256, ErrCorrupt)
+	}
+	return nil
 }
 
 // fileEntry is one file of a manifest.

@@ -810,10 +810,18 @@ func TestTemplateResources(t *testing.T) {
 				t.Errorf("%s: --%s %q, want %s…", n, flag, values[flag], prefix)
 			}
 		}
-		if other, dup := prefixes[values["checkpoints"]]; dup {
-			t.Errorf("%s and %s share the checkpoint location %s", other, n, values["checkpoints"])
+		// The lake is in S3 (the task's disk goes with the task), one
+		// prefix per generation like the checkpoints: the part and epoch
+		// names of two jobs would collide.
+		if !strings.HasPrefix(values["lake"], "s3://${Bucket}/lake/") {
+			t.Errorf("%s: --lake %q, want s3://${Bucket}/lake/…", n, values["lake"])
 		}
-		prefixes[values["checkpoints"]] = n
+		for _, flag := range []string{"checkpoints", "lake"} {
+			if other, dup := prefixes[values[flag]]; dup {
+				t.Errorf("%s and %s share the --%s location %s", other, n, flag, values[flag])
+			}
+			prefixes[values[flag]] = n
+		}
 		envs, _ := c["Environment"].([]any)
 		secrets, _ := c["Secrets"].([]any)
 		for _, e := range append(envs, secrets...) {

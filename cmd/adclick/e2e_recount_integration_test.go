@@ -21,7 +21,8 @@ import (
 // (restarted until done) each leave every line of the trace once in the
 // lake, no object of an epoch only a crashed run used, and finals equal to
 // the count from the file, which balance in the reconciliation; the finals
-// of both runs are the same.
+// of both runs are the same. The crash-free run keeps its checkpoints in S3
+// as well, and the recount reads the watermark from there.
 func TestRecountS3Lake(t *testing.T) {
 	testenv.S3(t)
 	ctx := context.Background()
@@ -45,6 +46,14 @@ func TestRecountS3Lake(t *testing.T) {
 		store := recount.NewS3(cli, bucket, prefix)
 		data := filepath.Join(dir, prefix)
 		args := append([]string{"run", "--source", "file:" + trace, "--data", data, "--lake", url}, runFlags...)
+		rc := []string{"--lake", url}
+		if crashes == nil {
+			// Checkpoints in S3 too: none under --data, so the recount
+			// takes the watermark from --checkpoints.
+			ck := "s3://" + bucket + "/checkpoints-" + prefix
+			args = append(args, "--checkpoints", ck)
+			rc = append(rc, "--checkpoints", ck)
+		}
 		forbidden := map[int64]bool{}
 		for _, n := range crashes {
 			if code := runCode(t, append(args, "--fail-after-records", strconv.Itoa(n))...); code != 137 {
@@ -69,7 +78,12 @@ func TestRecountS3Lake(t *testing.T) {
 			}
 		}
 		checkLakeHoldsEachLineOnce(t, store, ref)
-		got := recountAndCheck(t, data, ref, "--lake", url)
+		if crashes == nil {
+			if c := latestCkpt(t, data); c != 0 {
+				t.Fatalf("checkpoint %d under --data with --checkpoints s3://: the recount would not need --checkpoints", c)
+			}
+		}
+		got := recountAndCheck(t, data, ref, rc...)
 		if want == nil {
 			want = got
 		} else {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/sink/embedded"
@@ -28,10 +29,11 @@ by the stream, rejected by the recount), B (accepted by the recount, not
 counted by the stream) and final, with final = fast + late - A + B checked.
 
 An hour is final once the job watermark of the latest checkpoint (under
---data/checkpoints, or --watermark) has passed hour end + horizon + margin;
-an hour that is not is refused unless --force. A recount under a newer --gen
-replaces final_*; one under an older --gen is refused. The embedded store
-must not be in use by a running job.
+--data/checkpoints, or in --checkpoints s3://…; or --watermark) has passed
+hour end + horizon + margin; an hour that is not is refused unless
+--force. A recount under a newer --gen replaces final_*; one under an
+older --gen is refused. The embedded store must not be in use by a
+running job.
 
 Hours: --hour 2026-11-29T10Z, or --from/--to (both included), or
 --all-ready (every hour of the lake that is final).`
@@ -45,6 +47,7 @@ type recountFlags struct {
 	allReady, force bool
 	gen             int64
 	data, lake      string
+	checkpoints     string
 	watermark       string
 	jsonOut         bool
 	horizonMs       int64
@@ -67,6 +70,7 @@ func (f *recountFlags) register(fs *flag.FlagSet, write bool) {
 	}
 	fs.StringVar(&f.data, "data", "./adclick-data", "data directory of the job (checkpoints, embedded store, lake)")
 	fs.StringVar(&f.lake, "lake", "", "the raw-click lake: s3://BUCKET/PREFIX (endpoint and credentials from the AWS SDK's variables) or a folder; default DATA/lake")
+	fs.StringVar(&f.checkpoints, "checkpoints", "", "the job's checkpoints in s3://BUCKET/PREFIX (as given to run): the watermark is the latest one's; default DATA/checkpoints")
 	fs.StringVar(&f.watermark, "watermark", "", "the job watermark (RFC 3339 time or Unix ms), instead of the latest checkpoint's")
 	fs.BoolVar(&f.jsonOut, "json", false, "print the results as JSON instead of a table")
 	fs.Int64Var(&f.horizonMs, "horizon-ms", 7_200_000, "acceptance horizon after the impression, ms (as the job's)")
@@ -110,12 +114,16 @@ func recountMain(ctx context.Context, name, summary string, write bool, args []s
 	if err != nil {
 		return err
 	}
-	wmFn, err := watermarkFunc(f.watermark, f.data)
+	wmFn, err := watermarkFunc(ctx, f.watermark, f.checkpoints, f.data)
 	if err != nil {
 		return err
 	}
 	if wmFn == nil && !f.force {
-		return fmt.Errorf("no checkpoint under %s: the job watermark is unknown; pass --watermark, or --force", filepath.Join(f.data, "checkpoints"))
+		where := filepath.Join(f.data, "checkpoints")
+		if f.checkpoints != "" {
+			where = f.checkpoints
+		}
+		return fmt.Errorf("no checkpoint in %s: the job watermark is unknown; pass --watermark, or --force", where)
 	}
 	rows, closeRows, err := openRows(ctx, &f.sf, f.data)
 	if err != nil {
@@ -232,8 +240,9 @@ func openRows(ctx context.Context, sf *sinkFlags, data string) (sink.Rows, func(
 }
 
 // watermarkFunc returns the job watermark: --watermark, or the watermark of
-// the latest complete checkpoint under DATA/checkpoints (nil if none).
-func watermarkFunc(flagVal, data string) (func(context.Context) (int64, error), error) {
+// the latest complete checkpoint in --checkpoints or under DATA/checkpoints
+// (nil if there is none).
+func watermarkFunc(ctx context.Context, flagVal, checkpoints, data string) (func(context.Context) (int64, error), error) {
 	if flagVal != "" {
 		ms, err := parseTimeMs(flagVal)
 		if err != nil {
@@ -241,11 +250,54 @@ func watermarkFunc(flagVal, data string) (func(context.Context) (int64, error), 
 		}
 		return func(context.Context) (int64, error) { return ms, nil }, nil
 	}
-	wm, ok, err := checkpointWatermark(data)
+	var wm int64
+	var ok bool
+	var err error
+	if checkpoints != "" {
+		wm, ok, err = remoteCheckpointWatermark(ctx, checkpoints)
+	} else {
+		wm, ok, err = checkpointWatermark(data)
+	}
 	if err != nil || !ok {
 		return nil, err
 	}
 	return func(context.Context) (int64, error) { return wm, nil }, nil
+}
+
+// remoteCheckpointWatermark reads the watermark of the newest complete
+// checkpoint in an s3:// checkpoint store (its meta.json only).
+func remoteCheckpointWatermark(ctx context.Context, url string) (int64, bool, error) {
+	if !strings.HasPrefix(url, "s3://") {
+		return 0, false, usageError{fmt.Errorf("--checkpoints %q: want s3://BUCKET/PREFIX (the default reads DATA/checkpoints)", url)}
+	}
+	st, err := openCheckpoints(ctx, url, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	id, ok, err := st.Latest(ctx, ckptstore.Checkpoint)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	b, err := st.ReadFile(ctx, id, ckptstore.Checkpoint, "meta.json")
+	if err != nil {
+		return 0, false, fmt.Errorf("read checkpoint %d: %w", id, err)
+	}
+	wm, err := metaWatermark(b)
+	if err != nil {
+		return 0, false, fmt.Errorf("checkpoint %d: %w", id, err)
+	}
+	return wm, true, nil
+}
+
+// metaWatermark returns the watermark a checkpoint's meta.json records.
+func metaWatermark(b []byte) (int64, error) {
+	var m struct {
+		Watermark *int64 `json:"watermark"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil || m.Watermark == nil {
+		return 0, errors.New("meta.json has no watermark")
+	}
+	return *m.Watermark, nil
 }
 
 // checkpointWatermark reads the watermark of the newest complete checkpoint
@@ -281,13 +333,11 @@ func checkpointWatermark(data string) (int64, bool, error) {
 	if err != nil {
 		return 0, false, fmt.Errorf("read checkpoint %d: %w", id, err)
 	}
-	var m struct {
-		Watermark *int64 `json:"watermark"`
+	wm, err := metaWatermark(b)
+	if err != nil {
+		return 0, false, fmt.Errorf("checkpoint %d: %w", id, err)
 	}
-	if err := json.Unmarshal(b, &m); err != nil || m.Watermark == nil {
-		return 0, false, fmt.Errorf("checkpoint %d: meta.json has no watermark", id)
-	}
-	return *m.Watermark, true, nil
+	return wm, true, nil
 }
 
 func parseTimeMs(s string) (int64, error) {
