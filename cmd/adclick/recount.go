@@ -278,26 +278,24 @@ func remoteCheckpointWatermark(ctx context.Context, url string) (int64, bool, er
 	if err != nil || !ok {
 		return 0, false, err
 	}
-	b, err := st.ReadFile(ctx, id, ckptstore.Checkpoint, "meta.json")
-	if err != nil {
-		return 0, false, fmt.Errorf("read checkpoint %d: %w", id, err)
-	}
-	wm, err := metaWatermark(b)
-	if err != nil {
-		return 0, false, fmt.Errorf("checkpoint %d: %w", id, err)
-	}
-	return wm, true, nil
+	return metaWatermark(id)(st.ReadFile(ctx, id, ckptstore.Checkpoint, "meta.json"))
 }
 
-// metaWatermark returns the watermark a checkpoint's meta.json records.
-func metaWatermark(b []byte) (int64, error) {
-	var m struct {
-		Watermark *int64 `json:"watermark"`
+// metaWatermark returns a function that takes the result of reading
+// checkpoint id's meta.json and returns the watermark it records.
+func metaWatermark(id int64) func(b []byte, err error) (int64, bool, error) {
+	return func(b []byte, err error) (int64, bool, error) {
+		if err != nil {
+			return 0, false, fmt.Errorf("read checkpoint %d: %w", id, err)
+		}
+		var m struct {
+			Watermark *int64 `json:"watermark"`
+		}
+		if err := json.Unmarshal(b, &m); err != nil || m.Watermark == nil {
+			return 0, false, fmt.Errorf("checkpoint %d: meta.json has no watermark", id)
+		}
+		return *m.Watermark, true, nil
 	}
-	if err := json.Unmarshal(b, &m); err != nil || m.Watermark == nil {
-		return 0, errors.New("meta.json has no watermark")
-	}
-	return *m.Watermark, nil
 }
 
 // checkpointWatermark reads the watermark of the newest complete checkpoint
@@ -329,15 +327,7 @@ func checkpointWatermark(data string) (int64, bool, error) {
 		return 0, false, nil
 	}
 	id := slices.Max(ids)
-	b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("ckpt-%012d", id), "meta.json"))
-	if err != nil {
-		return 0, false, fmt.Errorf("read checkpoint %d: %w", id, err)
-	}
-	wm, err := metaWatermark(b)
-	if err != nil {
-		return 0, false, fmt.Errorf("checkpoint %d: %w", id, err)
-	}
-	return wm, true, nil
+	return metaWatermark(id)(os.ReadFile(filepath.Join(dir, fmt.Sprintf("ckpt-%012d", id), "meta.json")))
 }
 
 func parseTimeMs(s string) (int64, error) {
