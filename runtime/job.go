@@ -247,6 +247,7 @@ func (j *Job) build() error {
 		wins[i] = make(chan toWin, j.cfg.ChannelCapacity*p)
 	}
 	freeParts := make(chan []preagg.Partial, 2*p*(j.cfg.ChannelCapacity*p+2))
+	j.freeBatches = make(chan []ingest.Click, p*(j.cfg.ChannelCapacity+2))
 	for i := 0; i < p; i++ {
 		mins, err := windowing.NewMinutes(j.cfg.WindowMs)
 		if err != nil {
@@ -282,12 +283,9 @@ func (j *Job) build() error {
 		if err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
-		if j.freeBatches == nil {
-			j.freeBatches = make(chan []ingest.Click, p*(j.cfg.ChannelCapacity+2))
-		}
 		j.pres = append(j.pres, &preSub{idx: i, pa: pa, dedup: dd, in: make(chan toPre, j.cfg.ChannelCapacity), outs: wins,
 			acks: j.acks, lake: lw, epoch: j.c, par: p, late: make([][]lateClick, p), m: j.m, free: j.freeBatches, horizonMs: j.cfg.HorizonMs,
-			freeParts: freeParts})
+			parts: make([][]preagg.Partial, p), freeParts: freeParts})
 	}
 	return nil
 }

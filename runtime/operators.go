@@ -249,9 +249,6 @@ func (s *preSub) logClick(c *ingest.Click, verdict string) error {
 // forward sends partials (routed by the ad's key group) and pending late
 // clicks to the window subtasks.
 func (s *preSub) forward(ctx context.Context, parts []preagg.Partial, procMs int64) error {
-	if s.parts == nil {
-		s.parts = make([][]preagg.Partial, s.par)
-	}
 	if len(parts) > 0 {
 		s.m.partials.Add(float64(len(parts)))
 		for _, p := range parts {
