@@ -18,7 +18,7 @@ type pendingSet struct {
 	// table holds entry index + 1 (0 = empty slot); its length is a power of
 	// two kept at least twice the number of entries.
 	table []uint32
-	order []sortEnt // reused by sort
+	order []sortEnt // reused by sorted
 }
 
 // pendingEnt is one pending key: arena[off:off+n], in key group kg and

@@ -74,3 +74,23 @@ func TestPendingSortOrdersLikeKeys(t *testing.T) {
 		t.Fatalf("len = %d, want %d", len(order), len(ins))
 	}
 }
+
+// TestPrefetchChangesNothing: Prefetch of ids (new, present, out of range,
+// for key groups and buckets never seen) leaves every Insert answer as it
+// would be without it.
+func TestPrefetchChangesNothing(t *testing.T) {
+	db, _ := openTemp(t, Options{})
+	d := db.NewDedup()
+	for _, kg := range []int{-1, 0, 5, KeyGroups} {
+		d.Prefetch(kg, "x", 1) // nothing loaded yet: a no-op, no panic
+	}
+	mustInsert(t, d, 5, "a", 1000, true)
+	for _, id := range []string{"a", "b", "c"} {
+		d.Prefetch(5, id, 1000)
+		d.Prefetch(5, id, 9_000_000) // a bucket with no filter
+	}
+	mustInsert(t, d, 5, "a", 1000, false)
+	mustInsert(t, d, 5, "b", 1000, true)
+	mustInsert(t, d, 5, "c", 9_000_000, true)
+	mustInsert(t, d, 5, "c", 9_000_000, false)
+}
