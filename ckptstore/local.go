@@ -229,11 +229,7 @@ func (l *Local) list(kind Kind) ([]int64, error) {
 
 // Latest implements Store.
 func (l *Local) Latest(ctx context.Context, kind Kind) (int64, bool, error) {
-	ids, err := l.List(ctx, kind)
-	if err != nil || len(ids) == 0 {
-		return 0, false, err
-	}
-	return ids[len(ids)-1], true, nil
+	return latest(l.List(ctx, kind))
 }
 
 // Download implements Store. Files are hard-linked where possible.
@@ -266,15 +262,9 @@ func (l *Local) readFile(id int64, kind Kind, path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, ok := m.file(path)
-	if !ok {
-		return nil, fmt.Errorf("ckptstore: read %s %d: %s: %w", kind, id, path, ErrNotFound)
-	}
-	data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(path)))
-	if err != nil {
-		return nil, fmt.Errorf("ckptstore: read %s %d: %w", kind, id, err)
-	}
-	return data, f.check(data)
+	return readEntry(m, kind, id, path, func(fileEntry) ([]byte, error) {
+		return os.ReadFile(filepath.Join(dir, filepath.FromSlash(path)))
+	})
 }
 
 func (l *Local) download(ctx context.Context, id int64, kind Kind, localDir string) error {

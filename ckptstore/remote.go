@@ -489,11 +489,7 @@ func (r *Remote) List(ctx context.Context, kind Kind) ([]int64, error) {
 
 // Latest implements Store.
 func (r *Remote) Latest(ctx context.Context, kind Kind) (int64, bool, error) {
-	ids, err := r.List(ctx, kind)
-	if err != nil || len(ids) == 0 {
-		return 0, false, err
-	}
-	return ids[len(ids)-1], true, nil
+	return latest(r.List(ctx, kind))
 }
 
 // Download implements Store.
@@ -515,18 +511,13 @@ func (r *Remote) readFile(ctx context.Context, id int64, kind Kind, path string)
 	if err != nil {
 		return nil, fmt.Errorf("ckptstore: read: %w", err)
 	}
-	f, ok := m.file(path)
-	if !ok {
-		return nil, fmt.Errorf("ckptstore: read %s %d: %s: %w", kind, id, path, ErrNotFound)
-	}
-	data, err := r.getBytes(ctx, f.Key)
-	if errors.Is(err, errNoKey) {
-		return nil, fmt.Errorf("ckptstore: read %s %d: %s: object %s is missing: %w", kind, id, path, f.Key, ErrCorrupt)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ckptstore: read %s %d: %w", kind, id, err)
-	}
-	return data, f.check(data)
+	return readEntry(m, kind, id, path, func(f fileEntry) ([]byte, error) {
+		data, err := r.getBytes(ctx, f.Key)
+		if errors.Is(err, errNoKey) {
+			return nil, fmt.Errorf("%s: object %s is missing: %w", f.Path, f.Key, ErrCorrupt)
+		}
+		return data, err
+	})
 }
 
 func (r *Remote) download(ctx context.Context, id int64, kind Kind, localDir string) error {

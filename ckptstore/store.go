@@ -171,6 +171,28 @@ func (m *manifest) file(path string) (fileEntry, bool) {
 	return fileEntry{}, false
 }
 
+// readEntry returns the file at path of manifest m (of kind and id),
+// fetched by fetch and checked against the entry.
+func readEntry(m *manifest, kind Kind, id int64, path string, fetch func(fileEntry) ([]byte, error)) ([]byte, error) {
+	f, ok := m.file(path)
+	if !ok {
+		return nil, fmt.Errorf("ckptstore: read %s %d: %s: %w", kind, id, path, ErrNotFound)
+	}
+	data, err := fetch(f)
+	if err != nil {
+		return nil, fmt.Errorf("ckptstore: read %s %d: %w", kind, id, err)
+	}
+	return data, f.check(data)
+}
+
+// latest returns the last of ids (ascending), as Store.Latest does.
+func latest(ids []int64, err error) (int64, bool, error) {
+	if err != nil || len(ids) == 0 {
+		return 0, false, err
+	}
+	return ids[len(ids)-1], true, nil
+}
+
 // check reports whether data has the size and SHA-256 the entry records.
 func (f fileEntry) check(data []byte) error {
 	if int64(len(data)) != f.Size {
