@@ -26,11 +26,13 @@ const (
 const NoWatermark int64 = math.MinInt64
 
 // WatermarkOptions configures watermark generation. All values are
-// milliseconds; a zero field means its default (see EnsureDefaults).
+// milliseconds; a zero IntervalMs or IdleMs means its default (see
+// EnsureDefaults). AllowanceMs is taken as given: zero is a real allowance.
 type WatermarkOptions struct {
 	// AllowanceMs is the bounded out-of-orderness allowance. A shard's
-	// watermark is its highest event time − AllowanceMs − 1 ms. Default 5000;
-	// since zero means the default, the smallest allowance is 1 ms.
+	// watermark is its highest event time − AllowanceMs − 1 ms. Zero means
+	// zero (a watermark right behind the newest event, seed 002's bound-0
+	// drill); callers that want the default pass DefaultAllowanceMs.
 	AllowanceMs int64
 	// IntervalMs is the processing time between two emission ticks.
 	// Default 200.
@@ -41,15 +43,13 @@ type WatermarkOptions struct {
 	IdleMs int64
 }
 
-// EnsureDefaults fills every zero field with its default and returns o. It
-// leaves negative values alone so that Validate can report them. A nil o
-// yields a new options value holding the defaults.
+// EnsureDefaults fills a zero IntervalMs or IdleMs with its default and
+// returns o; AllowanceMs is left alone (zero is meaningful). It leaves
+// negative values alone so that Validate can report them. A nil o yields a
+// new options value holding the defaults, with the default allowance.
 func (o *WatermarkOptions) EnsureDefaults() *WatermarkOptions {
 	if o == nil {
-		o = &WatermarkOptions{}
-	}
-	if o.AllowanceMs == 0 {
-		o.AllowanceMs = DefaultAllowanceMs
+		o = &WatermarkOptions{AllowanceMs: DefaultAllowanceMs}
 	}
 	if o.IntervalMs == 0 {
 		o.IntervalMs = DefaultIntervalMs

@@ -74,11 +74,12 @@ func wmClock(ms int64) string {
 
 func TestWatermarkOptions(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) {
+		// A zero allowance is a real allowance, not "the default".
 		got := *(&WatermarkOptions{}).EnsureDefaults()
-		want := WatermarkOptions{AllowanceMs: 5000, IntervalMs: 200, IdleMs: 30000}
-		if got != want {
+		if want := (WatermarkOptions{AllowanceMs: 0, IntervalMs: 200, IdleMs: 30000}); got != want {
 			t.Fatalf("EnsureDefaults() = %+v, want %+v", got, want)
 		}
+		want := WatermarkOptions{AllowanceMs: 5000, IntervalMs: 200, IdleMs: 30000}
 		var nilOpts *WatermarkOptions
 		if got := *nilOpts.EnsureDefaults(); got != want {
 			t.Fatalf("nil EnsureDefaults() = %+v, want %+v", got, want)
@@ -979,5 +980,18 @@ func TestWatermarkExtremeTimes(t *testing.T) {
 	w2.AddShard("s", math.MaxInt64-10)
 	if got := w2.NextTickMs(); got != math.MaxInt64 {
 		t.Errorf("NextTickMs near the end of time = %d, want math.MaxInt64", got)
+	}
+}
+
+// TestZeroAllowanceIsZero guards against zero meaning "the default": with
+// an allowance of 0 the watermark trails the newest event by 1 ms only
+// (seed 002's bound-0 drill). Before the fix it trailed by 5,001 ms.
+func TestZeroAllowanceIsZero(t *testing.T) {
+	w := NewWatermarks(WatermarkOptions{AllowanceMs: 0, IntervalMs: 200, IdleMs: 30_000})
+	w.AddShard("s", 1_000)
+	w.Observe("s", 100_000, 1_000)
+	wm, ok := w.Tick(1_200)
+	if !ok || wm != 100_000-1 {
+		t.Fatalf("Tick = %d, %v; want %d, true", wm, ok, 100_000-1)
 	}
 }

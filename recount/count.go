@@ -114,7 +114,7 @@ func (r *runner) ad(ad string) int32 {
 // impression) can lie: their event times are within horizon + allowance +
 // 1 ms of the impression.
 func (r *runner) span() int64 {
-	return (r.o.Judge.HorizonMs + r.o.Judge.AllowanceMs + 1 + HourMs - 1) / HourMs
+	return (r.o.Judge.HorizonMs + *r.o.Judge.AllowanceMs + 1 + HourMs - 1) / HourMs
 }
 
 // scanHour calls fn with the rows of the hour's objects, a batch at a time,

@@ -31,16 +31,18 @@ import (
 // processing-time guard. Lateness plays no part: final counts on-time and
 // late clicks alike.
 type Judge struct {
-	HorizonMs   int64 // acceptance horizon after the impression; default 7,200,000
-	AllowanceMs int64 // the stream's out-of-orderness allowance; default 5,000
+	HorizonMs int64 // acceptance horizon after the impression; default 7,200,000
+	// AllowanceMs is the stream's out-of-orderness allowance; nil means the
+	// default, 5,000. Zero is a real allowance (as in the job's Config).
+	AllowanceMs *int64
 }
 
 func (j *Judge) ensureDefaults() {
 	if j.HorizonMs <= 0 {
 		j.HorizonMs = 2 * HourMs
 	}
-	if j.AllowanceMs <= 0 {
-		j.AllowanceMs = 5_000
+	if j.AllowanceMs == nil || *j.AllowanceMs < 0 {
+		j.AllowanceMs = new(int64(5_000))
 	}
 }
 
@@ -90,7 +92,7 @@ func (j *Judge) decide(c *ingest.Click, arrivalMs int64) (Outcome, ingest.Reason
 	if reason != "" {
 		return Invalid, reason
 	}
-	judge := c.ArrivalMs - j.AllowanceMs - 1
+	judge := c.ArrivalMs - *j.AllowanceMs - 1
 	if c.ImpressionMs < judge-j.HorizonMs {
 		return BeyondHorizon, ""
 	}

@@ -53,7 +53,10 @@ type Config struct {
 	// ids continue at its id + 1.
 	FromSavepoint string
 
-	AllowanceMs          int64 // out-of-orderness allowance; default 5,000
+	// AllowanceMs is the out-of-orderness allowance; nil means the default,
+	// 5,000. Zero is a real allowance (the watermark trails the newest
+	// event by 1 ms), so it is a pointer: unset and zero differ.
+	AllowanceMs          *int64
 	WatermarkIntervalMs  int64 // watermark emission; default 200
 	IdleMs               int64 // shard idleness; default 30,000
 	WindowMs             int64 // window size; default 60,000
@@ -132,7 +135,9 @@ func (c *Config) EnsureDefaults() {
 		c.Parallelism = min(runtime.NumCPU(), windowing.MaxParallelism)
 	}
 	def(&c.JobGen, 1)
-	def(&c.AllowanceMs, 5_000)
+	if c.AllowanceMs == nil {
+		c.AllowanceMs = new(ingest.DefaultAllowanceMs)
+	}
 	def(&c.WatermarkIntervalMs, 200)
 	def(&c.IdleMs, 30_000)
 	def(&c.WindowMs, 60_000)
@@ -186,7 +191,7 @@ func (c *Config) Validate() error {
 		name string
 		v    int64
 	}{
-		{"allowance", c.AllowanceMs}, {"watermark interval", c.WatermarkIntervalMs}, {"idle timeout", c.IdleMs},
+		{"allowance", c.allowance()}, {"watermark interval", c.WatermarkIntervalMs}, {"idle timeout", c.IdleMs},
 		{"window", c.WindowMs}, {"horizon", c.HorizonMs}, {"guard", c.GuardMs}, {"pre-aggregation buffer", c.PreaggFlushMs},
 		{"early firing", c.EarlyFiringMs}, {"checkpoint interval", c.CheckpointIntervalMs},
 	} {
@@ -210,6 +215,14 @@ func (c *Config) Validate() error {
 		return nil
 	}
 	return fmt.Errorf("runtime: config: %w", errors.Join(errs...))
+}
+
+// allowance returns the allowance in force (the default when unset).
+func (c *Config) allowance() int64 {
+	if c.AllowanceMs == nil {
+		return ingest.DefaultAllowanceMs
+	}
+	return *c.AllowanceMs
 }
 
 // stateFormat is the version of the checkpoint layout.

@@ -59,7 +59,7 @@ func drill(t *testing.T, idleMs int64, warm, stall time.Duration) ([]float64, St
 	reg := prometheus.NewRegistry()
 	cfg := Config{
 		DataDir: t.TempDir(), Source: "kinesis:" + stream, Parallelism: 2, Registerer: reg,
-		AllowanceMs: 100, WatermarkIntervalMs: 50, IdleMs: idleMs, CheckpointIntervalMs: 600_000,
+		AllowanceMs: new(int64(100)), WatermarkIntervalMs: 50, IdleMs: idleMs, CheckpointIntervalMs: 600_000,
 		Kinesis: KinesisConfig{API: api, Options: kinesis.Options{MinCallInterval: 5 * time.Millisecond, PollInterval: 10 * time.Millisecond}},
 	}
 	ctx, cancel := context.WithCancel(context.Background())

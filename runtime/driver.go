@@ -49,7 +49,7 @@ func newDriver(j *Job, src source) *driver {
 	return &driver{
 		j:         j,
 		src:       src,
-		wms:       ingest.NewWatermarks(ingest.WatermarkOptions{AllowanceMs: j.cfg.AllowanceMs, IntervalMs: j.cfg.WatermarkIntervalMs, IdleMs: j.cfg.IdleMs}),
+		wms:       ingest.NewWatermarks(ingest.WatermarkOptions{AllowanceMs: j.cfg.allowance(), IntervalMs: j.cfg.WatermarkIntervalMs, IdleMs: j.cfg.IdleMs}),
 		batches:   make([][]ingest.Click, len(j.pres)),
 		lake:      j.sourceLake,
 		blocked:   j.m.blocked.WithLabelValues("source"),

@@ -480,7 +480,7 @@ func (j *Job) Run(ctx context.Context) error {
 	if j.cfg.Recount {
 		f, err := recount.NewFinalizer(recount.FinalizerOptions{Recount: recount.Options{
 			Store: j.lake, Rows: j.rows, Gen: j.cfg.JobGen, Logger: j.log,
-			Judge: recount.Judge{HorizonMs: j.cfg.HorizonMs, AllowanceMs: j.cfg.AllowanceMs},
+			Judge: recount.Judge{HorizonMs: j.cfg.HorizonMs, AllowanceMs: new(j.cfg.allowance())},
 			// Only what the last completed checkpoint covers is surely in
 			// the lake.
 			Watermark: func(context.Context) (int64, error) {

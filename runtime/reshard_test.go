@@ -49,7 +49,7 @@ func TestReshardWhileReading(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := Config{
 		DataDir: t.TempDir(), Source: "kinesis:" + stream, Parallelism: 2, Registerer: reg,
-		AllowanceMs: 200, WatermarkIntervalMs: 50, IdleMs: 500, CheckpointIntervalMs: 300,
+		AllowanceMs: new(int64(200)), WatermarkIntervalMs: 50, IdleMs: 500, CheckpointIntervalMs: 300,
 		ExitWhenIdle: 1500 * time.Millisecond, Drain: true, FlushWritesPerSec: 1e6,
 		Kinesis: KinesisConfig{API: api, Options: kinesis.Options{MinCallInterval: 5 * time.Millisecond,
 			PollInterval: 10 * time.Millisecond, Rediscover: 50 * time.Millisecond, Limit: 25}},

@@ -132,7 +132,7 @@ func recountMain(ctx context.Context, name, summary string, write bool, args []s
 	defer closeRows()
 
 	o := recount.Options{Store: store, Rows: rows, Gen: f.gen, Watermark: wmFn, Force: f.force,
-		Judge:    recount.Judge{HorizonMs: f.horizonMs, AllowanceMs: f.allowanceMs},
+		Judge:    recount.Judge{HorizonMs: f.horizonMs, AllowanceMs: &f.allowanceMs},
 		MarginMs: f.marginMs, MaxLoggedIDs: f.maxIDs, Logger: log}
 	if o.Hours, err = selectHours(ctx, &f, store, wmFn); err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,7 +75,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	checkpointsURL := fs.String("checkpoints", "", "keep checkpoints and savepoints in s3://BUCKET/PREFIX (incremental, manifest last) instead of under --data; a restart with an empty --data restores from there")
 	fs.StringVar(&cfg.FromSavepoint, "from-savepoint", "", "start from this savepoint (a path, or an id under --data/savepoints) instead of the latest checkpoint: blue/green, rescaling, upgrades")
 	fs.Int64Var(&cfg.JobGen, "job-gen", 1, "job generation (job_gen) of this version; raise it for each blue/green deployment")
-	fs.Int64Var(&cfg.AllowanceMs, "allowance-ms", 5000, "out-of-orderness allowance: watermark = max event time - allowance - 1 ms")
+	allowance := fs.Int64("allowance-ms", ingest.DefaultAllowanceMs, "out-of-orderness allowance: watermark = max event time - allowance - 1 ms (0 is allowed: the watermark trails the newest event by 1 ms)")
 	fs.Int64Var(&cfg.WatermarkIntervalMs, "watermark-interval-ms", 200, "watermark emission interval (processing time)")
 	fs.Int64Var(&cfg.IdleMs, "idle-ms", 30000, "a shard with no records for this long leaves the watermark minimum")
 	fs.Int64Var(&cfg.WindowMs, "window-ms", 60000, "window size (must divide an hour)")
@@ -87,6 +88,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Float64Var(&cfg.FlushWritesPerSec, "flush-writes-per-sec", 0, "rate limit of the full flush's own writes after a restore (0 = 500 for DynamoDB, unlimited for the embedded store)")
 	fs.BoolVar(&cfg.VerifyFlush, "verify-flush", false, "testing: after the flush on start, check that the running totals equal restored state, and fail if not")
 	fs.Int64Var(&cfg.FailAfterRecords, "fail-after-records", 0, "testing: exit abruptly (code 137, no cleanup, no checkpoint) after this many records")
+	exitAfterRestore := fs.Bool("exit-after-restore", false, "testing: restore the latest checkpoint, run the full flush, and exit 0 without reading (to inspect the rows a restore leaves)")
 	progress := fs.Duration("progress", 5*time.Second, "interval of the progress line (0 = none)")
 	fs.BoolVar(&cfg.NoDedup, "no-dedup", false, "benchmarks only: turn duplicate detection off (never for billing)")
 	fs.BoolVar(&cfg.NoCheckpoint, "no-checkpoint", false, "benchmarks only: take no checkpoints (a crash loses everything)")
@@ -99,6 +101,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var sf sinkFlags
 	sf.register(fs, true)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg.AllowanceMs = allowance
+	if err := refuseZero(fs, "watermark-interval-ms", "idle-ms", "window-ms", "horizon-ms", "guard-ms",
+		"preagg-flush-ms", "early-firing-ms", "checkpoint-interval-ms", "checkpoints-kept", "job-gen"); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)
@@ -171,6 +178,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer job.Close()
+	if *exitAfterRestore {
+		log.Info("restored and flushed; exiting as --exit-after-restore asks", "checkpoint", job.Status().Restored)
+		return nil
+	}
 	var srv *http.Server
 	if *listen != "" {
 		if err := api.CheckOperatorAccess(*listen, *adminToken); err != nil {
@@ -220,6 +231,23 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	log.Info("stopped", "records", st.Records, "invalid", st.Invalid, "last_checkpoint", ck)
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return nil
+	}
+	return nil
+}
+
+// refuseZero returns a usage error for each named flag that was set to 0 on
+// the command line: for these settings zero is not a value (the library
+// would read it as "use the default"), so an explicit 0 must not silently
+// run with the default.
+func refuseZero(fs *flag.FlagSet, names ...string) error {
+	var errs []error
+	fs.Visit(func(f *flag.Flag) {
+		if slices.Contains(names, f.Name) && f.Value.String() == "0" {
+			errs = append(errs, fmt.Errorf("--%s 0: must be positive", f.Name))
+		}
+	})
+	if len(errs) > 0 {
+		return usageError{errors.Join(errs...)}
 	}
 	return nil
 }
