@@ -64,6 +64,7 @@ type FlushReport struct {
 	ItemsDeleted    int     `json:"items_deleted"`
 	AttrsRemoved    int     `json:"attrs_removed"`
 	LateRewritten   int     `json:"late_rewritten"`
+	FastRewritten   int     `json:"fast_rewritten"`
 	TotalsRewritten int     `json:"totals_rewritten"`
 	TotalsDeleted   int     `json:"totals_deleted"`
 	Refused         int     `json:"refused"`
@@ -73,7 +74,7 @@ type FlushReport struct {
 
 func flushReport(r flush.Report) FlushReport {
 	return FlushReport{Epochs: r.Epochs, ItemsScanned: r.ItemsScanned, ItemsDeleted: r.ItemsDeleted, AttrsRemoved: r.AttrsRemoved,
-		LateRewritten: r.LateRewritten, TotalsRewritten: r.TotalsRewritten, TotalsDeleted: r.TotalsDeleted,
+		LateRewritten: r.LateRewritten, FastRewritten: r.FastRewritten, TotalsRewritten: r.TotalsRewritten, TotalsDeleted: r.TotalsDeleted,
 		Refused: r.Refused, Fenced: r.Fenced, DurationSeconds: r.Duration.Seconds()}
 }
 

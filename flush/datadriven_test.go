@@ -211,16 +211,20 @@ func (h *harness) stateLine(line string) error {
 		vals[a.Key] = v
 	}
 	switch cmd {
-	case "late":
+	case "late", "hour":
 		k, err := parseKey(args[0].Key)
 		if err != nil {
 			return err
 		}
 		ms, hr, err := sink.ParseBucket(k.Bucket)
 		if err != nil || !hr {
-			return fmt.Errorf("state line %q: late totals are per hour", line)
+			return fmt.Errorf("state line %q: late totals and roll-ups are per hour", line)
 		}
-		h.st.late[lateKey{k.Entity, ms}] = [2]int64{vals["valid"], vals["spend"]}
+		m := h.st.late
+		if cmd == "hour" {
+			m = h.st.hours
+		}
+		m[lateKey{k.Entity, ms}] = [2]int64{vals["valid"], vals["spend"]}
 	case "total":
 		k, err := parseTotalKey(args[0].Key)
 		if err != nil {
@@ -229,7 +233,7 @@ func (h *harness) stateLine(line string) error {
 		h.known[k] = true
 		h.st.totals[k] = sink.Total{Ad: k.Ad, StartMs: k.StartMs, Hour: k.Hour, Valid: vals["valid"], SpendMicros: vals["spend"]}
 	default:
-		return fmt.Errorf("state line %q: want late or total", line)
+		return fmt.Errorf("state line %q: want late, hour or total", line)
 	}
 	return nil
 }
@@ -275,8 +279,8 @@ func formatRun(rep Report, cnt *counting, err error) string {
 	if err != nil {
 		fmt.Fprintf(&sb, "error: %v\n", err)
 	}
-	fmt.Fprintf(&sb, "epochs=%d scanned=%d deleted=%d removed=%d late-rewritten=%d totals-rewritten=%d totals-deleted=%d refused=%d fenced=%d\n",
-		rep.Epochs, rep.ItemsScanned, rep.ItemsDeleted, rep.AttrsRemoved, rep.LateRewritten,
+	fmt.Fprintf(&sb, "epochs=%d scanned=%d deleted=%d removed=%d late-rewritten=%d fast-rewritten=%d totals-rewritten=%d totals-deleted=%d refused=%d fenced=%d\n",
+		rep.Epochs, rep.ItemsScanned, rep.ItemsDeleted, rep.AttrsRemoved, rep.LateRewritten, rep.FastRewritten,
 		rep.TotalsRewritten, rep.TotalsDeleted, rep.Refused, rep.Fenced)
 	fmt.Fprintf(&sb, "cost: queries=%d results=%d row-writes=%d gets=%d\n", cnt.queries, cnt.results, cnt.writes, cnt.gets)
 	return sb.String()

@@ -7,13 +7,19 @@ import (
 )
 
 // State is what restored operator state knows that the flush needs for rows:
-// the late path's totals per (ad, hour). The runtime implements it over the
-// restored state; implementations must be safe for the caller's use (Full
-// calls it from one goroutine).
+// the late path's totals per (ad, hour) and the hour roll-ups (the sum of an
+// hour's closed minutes). The runtime implements it over the restored state;
+// implementations must be safe for the caller's use (Full calls it from one
+// goroutine).
 type State interface {
 	// LateTotal returns the late total restored state holds for ad and the
 	// hour starting at hourStartMs (Unix ms); ok is false if it holds none.
 	LateTotal(ad string, hourStartMs int64) (valid, spendMicros int64, ok bool)
+	// HourFast returns the roll-up restored state holds for ad and the hour
+	// starting at hourStartMs: the sum of the minutes of that hour that had
+	// closed by the checkpoint. ok is false if state holds no closed minute
+	// of that hour.
+	HourFast(ad string, hourStartMs int64) (valid, spendMicros int64, ok bool)
 }
 
 // ActionKind is what the flush does with one writer's attributes on one
@@ -34,6 +40,9 @@ const (
 	// RewriteLate rewrites the late total from restored state, tagged with
 	// the restored checkpoint.
 	RewriteLate
+	// RewriteFast rewrites an hour's roll-up (fast_* on an hour item) from
+	// restored state, tagged with the restored checkpoint.
+	RewriteFast
 )
 
 // String returns the action's name.
@@ -47,6 +56,8 @@ func (k ActionKind) String() string {
 		return "remove-attrs"
 	case RewriteLate:
 		return "rewrite-late"
+	case RewriteFast:
+		return "rewrite-fast"
 	}
 	return "action(" + strconv.Itoa(int(k)) + ")"
 }
@@ -59,11 +70,12 @@ type Action struct {
 	// RemoveAttrs are conditioned on it, so a concurrent change is not
 	// undone blindly.
 	Ckpt int64
-	// Valid and SpendMicros are the late total to write (RewriteLate only).
+	// Valid and SpendMicros are the values to write (RewriteLate and
+	// RewriteFast only).
 	Valid       int64
 	SpendMicros int64
 	// Epoch is the tag of the rewrite: the restored checkpoint (RewriteLate
-	// only).
+	// and RewriteFast only).
 	Epoch int64
 }
 
@@ -79,8 +91,14 @@ type Action struct {
 //     item carries another writer's attributes, only RemoveAttrs.
 //   - an hour item, late_ckpt ≥ c: RewriteLate with restored state's late
 //     total, tagged c, if state holds one; otherwise RemoveAttrs.
-//   - an hour item, fast_ckpt ≥ c: RemoveAttrs; the replay rewrites the
-//     roll-up.
+//   - an hour item, fast_ckpt ≥ c: RewriteFast with the roll-up restored
+//     state holds (the sum of the hour's minutes closed by c), tagged c, if
+//     state holds one; otherwise RemoveAttrs. This departs from seed 001's
+//     FULL FLUSH, which removes the roll-up and relies on the replay to
+//     close a minute of the hour again: a replay that judges the clicks
+//     that closed it as late (a shard with no record after c, a smaller
+//     allowance, another interleaving of shards) closes none, and the hour
+//     would keep its late_* but lose the fast_* its minute rows add up to.
 //   - anything else tagged ≥ c that the model does not expect (late_* on a
 //     minute item, a bucket that does not parse, a writer other than Fast
 //     or Late): RemoveAttrs for Fast or Late, Keep otherwise. Undoing the
@@ -118,7 +136,16 @@ func Decide(it sink.Item, w sink.Writer, c int64, st State) Action {
 			}
 		}
 		act.Kind = RemoveAttrs
-	default: // fast on an hour item, or late where it does not belong
+	case w == sink.Fast && hour:
+		if st != nil {
+			if v, s, ok := st.HourFast(it.Entity, startMs); ok {
+				act.Kind = RewriteFast
+				act.Valid, act.SpendMicros, act.Epoch = v, s, c
+				return act
+			}
+		}
+		act.Kind = RemoveAttrs
+	default: // late where it does not belong
 		act.Kind = RemoveAttrs
 	}
 	return act
@@ -136,10 +163,11 @@ func carriesOther(it sink.Item, w sink.Writer) bool {
 	return it.Fast.Present
 }
 
-// upToDate reports whether a RewriteLate would change nothing: the item's
-// late attributes already hold the action's values, tag and generation.
+// upToDate reports whether a RewriteLate or RewriteFast would change
+// nothing: the writer's attributes on the item already hold the action's
+// values, tag and generation.
 func upToDate(it sink.Item, act Action, gen int64) bool {
-	l := it.Late
+	l := *it.Attrs(act.Writer)
 	return l.Present && l.Ckpt == act.Epoch && l.Valid == act.Valid &&
 		l.SpendMicros == act.SpendMicros && l.Gen == gen &&
 		l.Ix == sink.IndexKey(act.Epoch, it.Key) &&

@@ -20,6 +20,8 @@ func TestDecide(t *testing.T) {
 	st := newRestored()
 	st.late[lateKey{"ad_7", startOf(t, hour("10"))}] = [2]int64{1, 250_000}
 	empty := newRestored()
+	rolled := newRestored() // holds hour 10's roll-up: 9 clicks closed by c
+	rolled.hours[lateKey{"ad_7", startOf(t, hour("10"))}] = [2]int64{9, 900_000}
 
 	tests := []struct {
 		name string
@@ -73,8 +75,20 @@ func TestDecide(t *testing.T) {
 		{"hour late of another hour than state's: removed",
 			sink.Item{Key: sink.Key{Entity: "ad_7", Bucket: hour("11")}, Late: tag(1, 41, 7, h10)}, sink.Late, st,
 			Action{Kind: RemoveAttrs, Writer: sink.Late, Ckpt: 41}},
-		{"hour fast tagged c: removed, never deleted",
+		{"hour fast tagged c, state holds no closed minute of it: removed, never deleted",
 			sink.Item{Key: h10, Fast: tag(11, 41, 7, h10)}, sink.Fast, st,
+			Action{Kind: RemoveAttrs, Writer: sink.Fast, Ckpt: 41}},
+		{"hour fast tagged c, state holds its roll-up: rewritten with tag c",
+			sink.Item{Key: h10, Fast: tag(11, 41, 7, h10)}, sink.Fast, rolled,
+			Action{Kind: RewriteFast, Writer: sink.Fast, Ckpt: 41, Valid: 9, SpendMicros: 900_000, Epoch: 41}},
+		{"hour fast tagged above c with late and final, state holds its roll-up: rewritten",
+			sink.Item{Key: h10, Fast: tag(11, 43, 7, h10), Late: tag(1, 41, 7, h10), Final: final}, sink.Fast, rolled,
+			Action{Kind: RewriteFast, Writer: sink.Fast, Ckpt: 43, Valid: 9, SpendMicros: 900_000, Epoch: 41}},
+		{"hour fast tagged below c is kept even if state holds its roll-up",
+			sink.Item{Key: h10, Fast: tag(11, 40, 7, h10)}, sink.Fast, rolled,
+			Action{Kind: Keep, Writer: sink.Fast, Ckpt: 40}},
+		{"hour fast of another ad than state's roll-up: removed",
+			sink.Item{Key: sink.Key{Entity: "ad_9", Bucket: hour("10")}, Fast: tag(1, 41, 7, h10)}, sink.Fast, rolled,
 			Action{Kind: RemoveAttrs, Writer: sink.Fast, Ckpt: 41}},
 		{"hour fast tagged c with late and final: removed",
 			sink.Item{Key: h10, Fast: tag(11, 41, 7, h10), Late: tag(1, 41, 7, h10), Final: final}, sink.Fast, st,

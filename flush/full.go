@@ -36,6 +36,8 @@ type Report struct {
 	AttrsRemoved int
 	// LateRewritten counts late totals rewritten from restored state.
 	LateRewritten int
+	// FastRewritten counts hour roll-ups rewritten from restored state.
+	FastRewritten int
 	// TotalsRewritten counts running totals rewritten from restored state.
 	TotalsRewritten int
 	// TotalsDeleted counts running totals written since the checkpoint that
@@ -62,6 +64,7 @@ func (r Report) LogValue() slog.Value {
 		slog.Int("deleted", r.ItemsDeleted),
 		slog.Int("removed", r.AttrsRemoved),
 		slog.Int("late_rewritten", r.LateRewritten),
+		slog.Int("fast_rewritten", r.FastRewritten),
 		slog.Int("totals_rewritten", r.TotalsRewritten),
 		slog.Int("totals_deleted", r.TotalsDeleted),
 		slog.Int("refused", r.Refused),
@@ -80,9 +83,9 @@ var writers = [...]sink.Writer{sink.Fast, sink.Late}
 //  1. For every epoch e in [c, o.High], every index shard n in
 //     0..sink.IndexShards-1 and each writer w (Fast, Late), it queries w's
 //     tag index for "e#n" and applies Decide to each item: minute items are
-//     deleted (or only stripped of fast_* if they carry other attributes),
-//     late totals are rewritten from st with tag c and generation o.Gen or
-//     removed, fast roll-ups on hour items are removed. Deletes and removes
+//     deleted (or only stripped of fast_* if they carry other attributes);
+//     late totals and the fast roll-ups of hour items are rewritten from st
+//     with tag c and generation o.Gen, or removed where st holds none. Deletes and removes
 //     are conditioned on the <w>_ckpt seen; an item found changed is read
 //     again and decided again. Attributes written by a newer generation
 //     than o.Gen are left alone (job_gen fencing).
@@ -157,7 +160,7 @@ func (f *fullRun) item(ctx context.Context, it sink.Item, w sink.Writer) error {
 		switch act.Kind {
 		case Keep:
 			return nil
-		case RewriteLate:
+		case RewriteLate, RewriteFast:
 			if upToDate(it, act, f.gen) {
 				return nil
 			}
@@ -165,15 +168,18 @@ func (f *fullRun) item(ctx context.Context, it sink.Item, w sink.Writer) error {
 				return err
 			}
 			refused, err := f.rows.Put(ctx, []sink.Put{{
-				Key: it.Key, Writer: sink.Late, Valid: act.Valid, SpendMicros: act.SpendMicros,
+				Key: it.Key, Writer: act.Writer, Valid: act.Valid, SpendMicros: act.SpendMicros,
 				Epoch: act.Epoch, Gen: f.gen,
 			}})
 			if err != nil {
-				return fmt.Errorf("flush: rewrite late total of %s/%s: %w", it.Entity, it.Bucket, err)
+				return fmt.Errorf("flush: rewrite %s total of %s/%s: %w", act.Writer, it.Entity, it.Bucket, err)
 			}
-			if refused > 0 { // a newer job_gen owns the item
+			switch {
+			case refused > 0: // a newer job_gen owns the item
 				f.rep.Refused++
-			} else {
+			case act.Kind == RewriteFast:
+				f.rep.FastRewritten++
+			default:
 				f.rep.LateRewritten++
 			}
 			return nil

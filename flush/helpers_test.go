@@ -63,14 +63,21 @@ type lateKey struct {
 	hourMs int64
 }
 
-// restored is restored state for tests: late totals and running totals.
+// restored is restored state for tests: late totals, hour roll-ups and
+// running totals.
 type restored struct {
 	late   map[lateKey][2]int64
+	hours  map[lateKey][2]int64
 	totals map[sink.TotalKey]sink.Total
 }
 
 func newRestored() *restored {
-	return &restored{late: map[lateKey][2]int64{}, totals: map[sink.TotalKey]sink.Total{}}
+	return &restored{late: map[lateKey][2]int64{}, hours: map[lateKey][2]int64{}, totals: map[sink.TotalKey]sink.Total{}}
+}
+
+func (r *restored) HourFast(ad string, hourStartMs int64) (int64, int64, bool) {
+	v, ok := r.hours[lateKey{ad, hourStartMs}]
+	return v[0], v[1], ok
 }
 
 func (r *restored) LateTotal(ad string, hourStartMs int64) (int64, int64, bool) {

@@ -64,7 +64,7 @@ func (m *metrics) observe(kind string, rep Report, err error) {
 	m.items.WithLabelValues(kind, "scanned").Add(float64(rep.ItemsScanned))
 	m.items.WithLabelValues(kind, "deleted").Add(float64(rep.ItemsDeleted))
 	m.items.WithLabelValues(kind, "removed").Add(float64(rep.AttrsRemoved))
-	m.items.WithLabelValues(kind, "rewritten").Add(float64(rep.LateRewritten))
+	m.items.WithLabelValues(kind, "rewritten").Add(float64(rep.LateRewritten + rep.FastRewritten))
 	m.items.WithLabelValues(kind, "refused").Add(float64(rep.Refused))
 	m.totals.WithLabelValues("rewritten").Add(float64(rep.TotalsRewritten))
 	m.totals.WithLabelValues("deleted").Add(float64(rep.TotalsDeleted))

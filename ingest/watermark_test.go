@@ -307,7 +307,7 @@ func wmDrive(t *testing.T, w *Watermarks, steps []wmStep, stayActive ...string) 
 // to agree with every number the seed states. The same trace is in
 // testdata/watermark/seed001_story.
 func TestWatermarkSeed001(t *testing.T) {
-	w := NewWatermarks(WatermarkOptions{})
+	w := NewWatermarks(WatermarkOptions{AllowanceMs: DefaultAllowanceMs})
 	for _, id := range []string{"S1", "S2", "S3"} {
 		w.AddShard(id, wmAt(10, 13, 50, 0))
 	}
@@ -445,7 +445,7 @@ func TestWatermarkSeed001(t *testing.T) {
 // 30 s have passed. A rule counting from the restore, or marking idle at
 // exactly 30 s, would give 10:17:00.0 or 10:17:00.2.
 func TestWatermarkIdleRule(t *testing.T) {
-	w := NewWatermarks(WatermarkOptions{})
+	w := NewWatermarks(WatermarkOptions{AllowanceMs: DefaultAllowanceMs})
 	restore := wmAt(10, 16, 30, 0)
 	for _, id := range []string{"S1", "S2", "S3"} {
 		w.AddShard(id, restore)
@@ -604,8 +604,13 @@ func (d *wmDD) cmd(t *testing.T, td *datadriven.TestData) string {
 	var lines []string
 	switch td.Cmd {
 	case "init":
+		allowance := DefaultAllowanceMs
+		var s string
+		if td.MaybeScanArgs(t, "allowance", &s) {
+			allowance = d.durationArg(t, td, "allowance")
+		}
 		o := WatermarkOptions{
-			AllowanceMs: d.durationArg(t, td, "allowance"),
+			AllowanceMs: allowance,
 			IntervalMs:  d.durationArg(t, td, "interval"),
 			IdleMs:      d.durationArg(t, td, "idle"),
 		}
@@ -905,7 +910,7 @@ func TestWatermarkProperty(t *testing.T) {
 // TestObserveDoesNotAllocate makes the zero-allocation promise of Observe a
 // failing test rather than a benchmark number.
 func TestObserveDoesNotAllocate(t *testing.T) {
-	w := NewWatermarks(WatermarkOptions{})
+	w := NewWatermarks(WatermarkOptions{AllowanceMs: DefaultAllowanceMs})
 	ids := []string{"shardId-000000000000", "shardId-000000000001", "shardId-000000000002"}
 	for _, id := range ids {
 		w.AddShard(id, 0)
@@ -921,7 +926,7 @@ func TestObserveDoesNotAllocate(t *testing.T) {
 }
 
 func BenchmarkObserve(b *testing.B) {
-	w := NewWatermarks(WatermarkOptions{})
+	w := NewWatermarks(WatermarkOptions{AllowanceMs: DefaultAllowanceMs})
 	ids := []string{"shardId-000000000000", "shardId-000000000001", "shardId-000000000002", "shardId-000000000003"}
 	for _, id := range ids {
 		w.AddShard(id, 0)
@@ -936,7 +941,7 @@ func BenchmarkObserve(b *testing.B) {
 }
 
 func TestNextTickMs(t *testing.T) {
-	w := NewWatermarks(WatermarkOptions{IntervalMs: 100})
+	w := NewWatermarks(WatermarkOptions{AllowanceMs: DefaultAllowanceMs, IntervalMs: 100})
 	if got := w.NextTickMs(); got != math.MaxInt64 {
 		t.Fatalf("NextTickMs before any shard = %d, want math.MaxInt64", got)
 	}
@@ -962,7 +967,7 @@ func TestNextTickMs(t *testing.T) {
 // near math.MinInt64 still gives the shard a watermark (so it does not hold
 // the job at NoWatermark forever), and one near math.MaxInt64 does not wrap.
 func TestWatermarkExtremeTimes(t *testing.T) {
-	w := NewWatermarks(WatermarkOptions{})
+	w := NewWatermarks(WatermarkOptions{AllowanceMs: DefaultAllowanceMs})
 	w.Observe("low", math.MinInt64+10, 0)
 	w.Observe("high", math.MaxInt64, 0)
 	got, advanced := w.Tick(200)
@@ -976,7 +981,7 @@ func TestWatermarkExtremeTimes(t *testing.T) {
 	if sh[1].ID != "low" || sh[1].Watermark != math.MinInt64+1 {
 		t.Errorf("low shard = %+v, want watermark %d", sh[1], int64(math.MinInt64+1))
 	}
-	w2 := NewWatermarks(WatermarkOptions{IntervalMs: 200})
+	w2 := NewWatermarks(WatermarkOptions{AllowanceMs: DefaultAllowanceMs, IntervalMs: 200})
 	w2.AddShard("s", math.MaxInt64-10)
 	if got := w2.NextTickMs(); got != math.MaxInt64 {
 		t.Errorf("NextTickMs near the end of time = %d, want math.MaxInt64", got)

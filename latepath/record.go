@@ -12,6 +12,7 @@ const (
 	VerdictLate          = "late"
 	VerdictDuplicate     = "duplicate"
 	VerdictBeyondHorizon = "beyond_horizon"
+	VerdictGuardExpired  = "guard_expired"
 	InvalidPrefix        = "invalid:"
 )
 

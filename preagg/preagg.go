@@ -10,6 +10,13 @@ import (
 // NoWatermark is the watermark before any has been received.
 const NoWatermark = math.MinInt64
 
+// EndOfTime is the watermark of the end of bounded input or of a drained
+// stop: it fires every window. It is never a real watermark: it never
+// becomes a floor and never expires dedup ids, so a start after it (more
+// input appended to a finished file, a restart after stop-with-drain)
+// judges clicks against the last real watermark and still knows every id.
+const EndOfTime = math.MaxInt64
+
 // Verdict is what the pre-aggregator decided about one valid click.
 type Verdict uint8
 
@@ -24,6 +31,11 @@ const (
 	// BeyondHorizon: its impression is more than the acceptance horizon
 	// before the judge time; it is rejected as stale.
 	BeyondHorizon
+	// GuardExpired: within the horizon, but its id may have been forgotten
+	// by the processing-time guard (the watermark was stuck for a day): it
+	// is rejected, because a copy of a forgotten id cannot be told from a
+	// first click.
+	GuardExpired
 )
 
 // String returns the verdict as written in the exceptions log.
@@ -37,6 +49,8 @@ func (v Verdict) String() string {
 		return "duplicate"
 	case BeyondHorizon:
 		return "beyond_horizon"
+	case GuardExpired:
+		return "guard_expired"
 	}
 	return fmt.Sprintf("verdict(%d)", uint8(v))
 }
@@ -59,6 +73,13 @@ type Options struct {
 	HorizonMs       int64 // acceptance horizon after the impression; default 7,200,000 (2 h)
 	GuardMs         int64 // processing-time guard on dedup ids; default 93,600,000 (26 h)
 	FlushIntervalMs int64 // partial buffer interval (processing time); default 500
+	// AllowanceMs is the job's out-of-orderness allowance, taken as given
+	// (zero is zero). The horizon check judges a click against
+	// max(floor, watermark, arrival − AllowanceMs − 1 ms): the rule the
+	// batch recount uses, so the stream rejects what the recount rejects
+	// even before its watermark has formed (a cold start, a catch-up, the
+	// first records after a restore).
+	AllowanceMs int64
 	// NoDedup turns duplicate detection off (benchmarks only: a billing job
 	// must dedup).
 	NoDedup bool
@@ -92,6 +113,9 @@ func (o *Options) Validate() error {
 	if o.GuardMs < o.HorizonMs {
 		errs = append(errs, fmt.Errorf("guard %d ms must be at least the horizon %d ms", o.GuardMs, o.HorizonMs))
 	}
+	if o.AllowanceMs < 0 {
+		errs = append(errs, fmt.Errorf("allowance %d ms must not be negative", o.AllowanceMs))
+	}
 	if o.FlushIntervalMs <= 0 {
 		errs = append(errs, fmt.Errorf("flush interval %d ms must be positive", o.FlushIntervalMs))
 	}
@@ -109,8 +133,8 @@ type Partial struct {
 // Stats counts what a PreAgg decided. Plain counters: the runtime exports
 // them as metrics.
 type Stats struct {
-	Counted, Late, Duplicate, BeyondHorizon int64
-	PartialsOut                             int64
+	Counted, Late, Duplicate, BeyondHorizon, GuardExpired int64
+	PartialsOut                                           int64
 }
 
 type partialKey struct {
@@ -134,8 +158,13 @@ type PreAgg struct {
 	procMs        int64 // the latest processing time (Tick)
 	wmMovedMs     int64 // processing time the watermark last advanced
 	expiredBefore int64
-	stats         Stats
-	started       bool
+	// forgotten is the expiry (impression + horizon) below which the
+	// processing-time guard may have forgotten ids: monotone, saved with
+	// every checkpoint and restored as the maximum, so no restart and no
+	// move of the watermark makes a forgotten id look new.
+	forgotten int64
+	stats     Stats
+	started   bool
 }
 
 // New returns a pre-aggregator owning the dedup key groups [kgFrom, kgTo).
@@ -151,8 +180,8 @@ func New(o Options, d Dedup, kgFrom, kgTo int) (*PreAgg, error) {
 	return &PreAgg{
 		o: o, dedup: d, kgFrom: kgFrom, kgTo: kgTo,
 		wm: NoWatermark, floor: NoWatermark, candidate: NoWatermark,
-		expiredBefore: NoWatermark,
-		index:         make(map[partialKey]int),
+		expiredBefore: NoWatermark, forgotten: NoWatermark,
+		index: make(map[partialKey]int),
 	}, nil
 }
 
@@ -175,10 +204,13 @@ func (p *PreAgg) WindowStart(t int64) int64 { return floorDiv(t, p.o.WindowMs) *
 // Add judges one valid click (its EventMs already clamped) whose click id is
 // in key group kg. The checks run in this order:
 //
-//  1. horizon: impression + horizon < judge → BeyondHorizon (not
-//     remembered, so it can never shadow a later copy);
+//  1. horizon: impression + horizon < max(judge, arrival − allowance − 1)
+//     → BeyondHorizon (not remembered, so it can never shadow a later
+//     copy); then, if impression + horizon is below the bound under which
+//     the processing-time guard may have forgotten ids → GuardExpired;
 //  2. dedup: the id is inserted with expiry impression + horizon; if it was
-//     present → Duplicate (late copies of a late click are duplicates too);
+//     present → Duplicate, whatever the copy's other fields (the first
+//     copy read wins; late copies of a late click are duplicates too);
 //  3. lateness: if its window's last millisecond (end − 1) ≤ judge → Late;
 //     the caller sends it, alone, to the late path — it is never folded
 //     into a partial;
@@ -188,10 +220,18 @@ func (p *PreAgg) WindowStart(t int64) int64 { return floorDiv(t, p.o.WindowMs) *
 // against a watermark below the checkpoint's (WATERMARK FLOOR).
 func (p *PreAgg) Add(c *ingest.Click, kg int) (Verdict, error) {
 	judge := p.Judge()
-	if judge != NoWatermark && c.ImpressionMs < judge-p.o.HorizonMs ||
-		p.guardActive() && c.ImpressionMs < p.procMs-p.o.GuardMs {
+	hj := judge
+	if c.ArrivalMs > 0 {
+		hj = max(hj, c.ArrivalMs-p.o.AllowanceMs-1)
+	}
+	if hj != NoWatermark && c.ImpressionMs < hj-p.o.HorizonMs {
 		p.stats.BeyondHorizon++
 		return BeyondHorizon, nil
+	}
+	if p.forgotten != NoWatermark && c.ImpressionMs < p.forgotten-p.o.HorizonMs ||
+		p.guardActive() && c.ImpressionMs < p.procMs-p.o.GuardMs {
+		p.stats.GuardExpired++
+		return GuardExpired, nil
 	}
 	if !p.o.NoDedup {
 		ok, err := p.dedup.Insert(kg, c.ClickID, c.ImpressionMs+p.o.HorizonMs)
@@ -234,9 +274,13 @@ func (p *PreAgg) Tick(procMs int64) ([]Partial, error) {
 		p.lastGuardMs = procMs
 		// The guard: with the watermark stuck, ids whose impression is more
 		// than GuardMs before processing time go (their expiry lies before
-		// procMs - GuardMs + HorizonMs), and Add rejects such clicks as
-		// beyond the horizon, so no copy of a forgotten id is counted.
-		if err := p.expire(procMs - p.o.GuardMs + p.o.HorizonMs); err != nil {
+		// procMs - GuardMs + HorizonMs). The bound is remembered for good
+		// (and checkpointed), and Add rejects every click below it as
+		// guard_expired, so no copy of a forgotten id is counted, whatever
+		// the watermark or the guard does next.
+		before := procMs - p.o.GuardMs + p.o.HorizonMs
+		p.forgotten = max(p.forgotten, before)
+		if err := p.expire(before); err != nil {
 			return nil, err
 		}
 	}
@@ -252,9 +296,15 @@ func (p *PreAgg) Tick(procMs int64) ([]Partial, error) {
 // PRE-AGGREGATE), then updates the watermark and the floor candidate and
 // expires dedup ids that the horizon can no longer accept. A watermark
 // lower than the current one is ignored (watermarks never go back).
+//
+// EndOfTime is not a real watermark: it flushes the partials and is passed
+// on, but it changes neither the watermark, nor the floor candidate, nor
+// the dedup ids. A checkpoint after it saves the last real watermark as the
+// floor, so a later start (more input) judges clicks as the run before the
+// end did, and still knows every id it counted.
 func (p *PreAgg) Watermark(wm int64) ([]Partial, error) {
 	out := p.Flush()
-	if wm <= p.wm {
+	if wm <= p.wm || wm == EndOfTime {
 		return out, nil
 	}
 	p.wm = wm
@@ -303,21 +353,42 @@ func (p *PreAgg) guardActive() bool {
 // Barrier is called when a checkpoint barrier arrives. It returns the
 // buffered partials, which the caller must forward before the barrier (the
 // buffer is memory, not state: rule 3 at the barrier, seed 001 branch P2),
-// and the floor candidate to save with the checkpoint.
+// and the floor candidate to save with the checkpoint (always a real
+// watermark, or NoWatermark).
 func (p *PreAgg) Barrier() (partials []Partial, floorCandidate int64) {
 	return p.Flush(), p.candidate
+}
+
+// Forgotten returns the guard's bound to save with the checkpoint: ids whose
+// expiry (impression + horizon) lies below it may have been forgotten.
+// NoWatermark when the guard has never expired anything.
+func (p *PreAgg) Forgotten() int64 { return p.forgotten }
+
+// RestoreForgotten sets the guard's bound from the values every subtask
+// saved at the restored checkpoint: the maximum, so that no id any subtask
+// may have forgotten is taken for new, whatever key groups this subtask now
+// owns.
+func (p *PreAgg) RestoreForgotten(saved []int64) {
+	for _, v := range saved {
+		p.forgotten = max(p.forgotten, v)
+	}
 }
 
 // Restore sets the floor from the candidates saved by every subtask at the
 // restored checkpoint: the minimum, which is safe whatever keys this subtask
 // now owns (the saved values are union list state).
+//
+// EndOfTime values (saved by older versions at the end of input) are not
+// floors and are skipped; if every value is one, no floor is restored.
 func (p *PreAgg) Restore(saved []int64) {
-	if len(saved) == 0 {
-		return
-	}
-	f := int64(math.MaxInt64)
+	f, ok := int64(math.MaxInt64), false
 	for _, v := range saved {
-		f = min(f, v)
+		if v != EndOfTime {
+			f, ok = min(f, v), true
+		}
+	}
+	if !ok {
+		return
 	}
 	p.floor = f
 	p.candidate = max(p.candidate, f)

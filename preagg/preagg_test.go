@@ -2,6 +2,7 @@ package preagg
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -288,8 +289,8 @@ func TestGuard(t *testing.T) {
 			t.Fatalf("dedup holds %d ids after the guard, want 1 (the old one gone)", d.Len())
 		}
 		// A copy of the forgotten click is rejected, not counted again.
-		if v, _ := p.Add(click("old", "ad", start-27*hour, start-27*hour), 0); v != BeyondHorizon {
-			t.Fatalf("copy of a forgotten id: %v, want beyond_horizon", v)
+		if v, _ := p.Add(click("old", "ad", start-27*hour, start-27*hour), 0); v != GuardExpired {
+			t.Fatalf("copy of a forgotten id: %v, want guard_expired", v)
 		}
 		// A moving watermark turns the guard off again.
 		p.Watermark(t0 + 60_000)
@@ -297,6 +298,124 @@ func TestGuard(t *testing.T) {
 			t.Fatal("guard still on after the watermark moved")
 		}
 	})
+}
+
+// TestGuardForgottenBoundHolds: once the guard has forgotten ids, a copy of
+// one is rejected whatever happens next — the watermark moving by 1 ms
+// (which turns the guard off), or a restart from a checkpoint (which used
+// to lose the guard's inputs). Before the fix both copies were counted
+// again: a minute row of 2 where the truth is 1.
+func TestGuardForgottenBoundHolds(t *testing.T) {
+	d := NewMemDedup()
+	p, err := New(Options{}, d, 0, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := t0 + 30*hour
+	p.Tick(start)
+	p.Watermark(t0)
+	old := click("old", "ad", start-27*hour, start-27*hour)
+	if v, _ := p.Add(old, 0); v != Counted {
+		t.Fatalf("first copy: %v, want counted", v)
+	}
+	p.Tick(start + 24*hour) // stuck for a day: the guard forgets "old"
+	p.Watermark(t0 + 1)     // the watermark moves by 1 ms: guard off
+	if p.guardActive() {
+		t.Fatal("guard still on after the watermark moved")
+	}
+	if v, _ := p.Add(old, 0); v != GuardExpired {
+		t.Fatalf("copy after the watermark moved: %v, want guard_expired", v)
+	}
+	if got := p.Stats().GuardExpired; got != 1 {
+		t.Fatalf("GuardExpired stat = %d, want 1", got)
+	}
+	// A restart: a new pre-aggregator restores the floors and the bound.
+	_, floor := p.Barrier()
+	r, err := New(Options{}, d, 0, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Restore([]int64{floor})
+	r.RestoreForgotten([]int64{NoWatermark, p.Forgotten()})
+	r.Tick(start + 24*hour + 1_000)
+	if v, _ := r.Add(old, 0); v != GuardExpired {
+		t.Fatalf("copy after a restart: %v, want guard_expired", v)
+	}
+	// A click the guard cannot have forgotten is still counted.
+	if v, _ := r.Add(click("fresh", "ad", start-hour, start-hour), 0); v != Counted {
+		t.Fatalf("fresh click after a restart: %v, want counted", v)
+	}
+}
+
+// TestEndOfTimeIsNotAWatermark: the end-of-time watermark of a finished
+// replay or a drained stop flushes the partials but never becomes the floor
+// and never expires ids. Before the fix the final checkpoint saved a floor
+// of +inf and emptied the dedup state, and every click after the next
+// start was rejected as beyond the horizon.
+func TestEndOfTimeIsNotAWatermark(t *testing.T) {
+	d := NewMemDedup()
+	p, err := New(Options{}, d, 0, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Tick(t0)
+	p.Watermark(t0)
+	c := click("a", "ad", t0+minute, t0+minute)
+	if v, _ := p.Add(c, 0); v != Counted {
+		t.Fatalf("first copy: %v, want counted", v)
+	}
+	parts, err := p.Watermark(EndOfTime)
+	if err != nil || len(parts) != 1 {
+		t.Fatalf("end of time: %d partials, %v; want the buffered one", len(parts), err)
+	}
+	_, floor := p.Barrier()
+	if floor != t0 {
+		t.Fatalf("floor candidate after the end of time = %d, want the last real watermark %d", floor, t0)
+	}
+	if d.Len() != 1 {
+		t.Fatalf("dedup holds %d ids after the end of time, want 1", d.Len())
+	}
+	// The next start: a restored pre-aggregator judges by the real floor.
+	r, _ := New(Options{}, d, 0, 128)
+	r.Restore([]int64{floor})
+	if v, _ := r.Add(click("b", "ad", t0+2*minute, t0+2*minute), 0); v != Counted {
+		t.Fatalf("new click after the restart: %v, want counted", v)
+	}
+	if v, _ := r.Add(c, 0); v != Duplicate {
+		t.Fatalf("copy of a counted click after the restart: %v, want duplicate", v)
+	}
+	// A checkpoint an older version took after the end of time (floors of
+	// +inf) restores as no floor, not as a floor that rejects everything.
+	legacy, _ := New(Options{}, NewMemDedup(), 0, 128)
+	legacy.Restore([]int64{EndOfTime, EndOfTime})
+	if legacy.Floor() != NoWatermark {
+		t.Fatalf("floor from +inf floors = %d, want none", legacy.Floor())
+	}
+}
+
+// TestHorizonJudgedByArrival: before any watermark (a cold start, a
+// backlog, the first records after a restore) a click whose impression is
+// more than the horizon before its own arrival − allowance − 1 ms is beyond
+// the horizon, the rule the recount uses. Before the fix it was counted.
+func TestHorizonJudgedByArrival(t *testing.T) {
+	p, err := New(Options{AllowanceMs: 5_000}, NewMemDedup(), 0, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arr := t0 + 3*hour
+	for _, tc := range []struct {
+		imp  int64
+		want Verdict
+	}{
+		{arr - 5_001 - 2*hour - 1, BeyondHorizon}, // 1 ms past the edge
+		{arr - 5_001 - 2*hour, Counted},           // on the edge: accepted
+	} {
+		c := click(fmt.Sprint("c", tc.imp), "ad", tc.imp, tc.imp)
+		c.ArrivalMs = arr
+		if v, _ := p.Add(c, 0); v != tc.want {
+			t.Errorf("impression %d ms before arrival: %v, want %v", arr-tc.imp, v, tc.want)
+		}
+	}
 }
 
 func TestDedupErrors(t *testing.T) {
@@ -345,7 +464,8 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestVerdictString(t *testing.T) {
-	for v, want := range map[Verdict]string{Counted: "counted", Late: "late", Duplicate: "duplicate", BeyondHorizon: "beyond_horizon", 9: "verdict(9)"} {
+	for v, want := range map[Verdict]string{Counted: "counted", Late: "late", Duplicate: "duplicate", BeyondHorizon: "beyond_horizon",
+		GuardExpired: "guard_expired", 9: "verdict(9)"} {
 		if got := v.String(); got != want {
 			t.Errorf("%d.String() = %q, want %q", v, got, want)
 		}

@@ -22,17 +22,29 @@ type Meta struct {
 	Settings    string            `json:"settings"`
 	Positions   map[string]string `json:"positions"`
 	Floors      []int64           `json:"floors"`
-	Watermark   int64             `json:"watermark"`
-	Parallelism int               `json:"parallelism"`
-	Restored    int64             `json:"restored"`
-	TakenAtMs   int64             `json:"taken_at_ms"`
-	DurationMs  int64             `json:"duration_ms"`
-	SizeBytes   int64             `json:"size_bytes"`
-	Uploaded    int64             `json:"uploaded_bytes"`
+	// Forgotten holds each pre-aggregator's guard bound: ids whose expiry
+	// lies below it may have been forgotten (restored as the maximum).
+	Forgotten []int64 `json:"forgotten,omitempty"`
+	// Shards are the shards the watermark tracked at the checkpoint (not
+	// read to their end): a restore registers each, so one that has no
+	// record after the checkpoint still holds the watermark (until it is
+	// idle) as it did in the run before.
+	Shards      []string `json:"shards,omitempty"`
+	Watermark   int64    `json:"watermark"`
+	Parallelism int      `json:"parallelism"`
+	Restored    int64    `json:"restored"`
+	TakenAtMs   int64    `json:"taken_at_ms"`
+	DurationMs  int64    `json:"duration_ms"`
+	SizeBytes   int64    `json:"size_bytes"`
+	Uploaded    int64    `json:"uploaded_bytes"`
 	// NewBytes are the bytes of state files the previous checkpoint did not
 	// have (what an incremental checkpoint adds).
 	NewBytes int64 `json:"new_bytes"`
 	Final    bool  `json:"final,omitempty"`
+	// EndOfInput marks the final checkpoint of a file replay read to its
+	// end: Watermark is then math.MaxInt64 (every hour is complete as far
+	// as this input goes), while Floors stay the last real watermark.
+	EndOfInput bool `json:"end_of_input,omitempty"`
 }
 
 // checkpoints builds checkpoints in a local scratch folder and keeps them

@@ -41,12 +41,13 @@ type driver struct {
 	lakeEpoch  int64
 	lastRecord int64 // processing time of the last record (real-time sources)
 	forgotten  int64 // epochs below this are forgotten by the totals store
+	eof        bool  // the source ended (bounded input read to its end)
 	rec        latepath.Record
 	c          ingest.Click
 }
 
 func newDriver(j *Job, src source) *driver {
-	return &driver{
+	d := &driver{
 		j:         j,
 		src:       src,
 		wms:       ingest.NewWatermarks(ingest.WatermarkOptions{AllowanceMs: j.cfg.allowance(), IntervalMs: j.cfg.WatermarkIntervalMs, IdleMs: j.cfg.IdleMs}),
@@ -55,6 +56,15 @@ func newDriver(j *Job, src source) *driver {
 		blocked:   j.m.blocked.WithLabelValues("source"),
 		lakeEpoch: j.c,
 	}
+	// Every shard the restored checkpoint tracked takes part in the
+	// watermark from the start, as it did before the restore: a shard with
+	// no record after the checkpoint must not be invisible (a file source
+	// registers shards only at their first record). Each starts without a
+	// watermark and goes idle as usual.
+	for _, id := range j.restored.Shards {
+		d.wms.AddShard(id, 0)
+	}
+	return d
 }
 
 // run drives the graph. ctx is the caller's (cancel = stop with a final
@@ -88,6 +98,7 @@ func (d *driver) run(ctx, runCtx context.Context) error {
 		}
 		r, ok, err := d.src.next(ctx, wait)
 		if errors.Is(err, io.EOF) {
+			d.eof = true
 			return d.stop(runCtx, true)
 		}
 		if err != nil {
@@ -173,7 +184,12 @@ func (d *driver) consume(ctx context.Context, r record, virtual bool) error {
 			if d.procMs == 0 {
 				d.start(c.ArrivalMs - 1)
 			}
-			if err := d.advance(ctx, c.ArrivalMs); err != nil {
+			// One line moves the virtual clock by at most maxVirtualStepMs:
+			// a line whose arrival_ms is a day ahead (or near the year
+			// 9999) must not switch the dedup guard on for every later
+			// line, nor make the tick loop run for ever. A real gap in the
+			// file is caught up over the following lines.
+			if err := d.advance(ctx, min(c.ArrivalMs, satAdd(d.procMs, maxVirtualStepMs))); err != nil {
 				return err
 			}
 		}
@@ -291,6 +307,18 @@ func (d *driver) tick(ctx context.Context, t int64) error {
 	return nil
 }
 
+// maxVirtualStepMs bounds how far one line of a file replay moves the
+// virtual clock: well under the dedup guard's trigger (a watermark stuck for
+// GuardMs − HorizonMs, a day by default), and a bounded number of ticks.
+const maxVirtualStepMs = 10 * 60_000
+
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
 // errStopped ends the driver's loop after an operator's stop.
 var errStopped = errors.New("runtime: stopped by operator")
 
@@ -401,6 +429,7 @@ func (d *driver) checkpointAs(ctx context.Context, procMs int64, final, savepoin
 		return Meta{}, "", err
 	}
 	floors := make([]int64, len(j.pres))
+	forgotten := make([]int64, len(j.pres))
 	var win, late []blob
 	var errs []error
 	for n := 0; n < len(j.pres)+len(j.wins); n++ {
@@ -415,6 +444,7 @@ func (d *driver) checkpointAs(ctx context.Context, procMs int64, final, savepoin
 		}
 		if a.role == "pre" {
 			floors[a.index] = a.floor
+			forgotten[a.index] = a.forgotten
 		}
 		win = append(win, a.win...)
 		late = append(late, a.late...)
@@ -424,7 +454,7 @@ func (d *driver) checkpointAs(ctx context.Context, procMs int64, final, savepoin
 		return Meta{}, "", fmt.Errorf("runtime: checkpoint %d: %w", id, err)
 	}
 	aligned := time.Since(began)
-	meta, loc, err := d.write(ctx, id, positions, floors, win, late, final, savepoint, began)
+	meta, loc, err := d.write(ctx, id, positions, cut{floors: floors, forgotten: forgotten}, win, late, final, savepoint, began)
 	if err != nil {
 		j.m.ckpts.WithLabelValues("failed").Inc()
 		return Meta{}, "", err
@@ -445,7 +475,12 @@ func (d *driver) checkpointAs(ctx context.Context, procMs int64, final, savepoin
 	return meta, loc, nil
 }
 
-func (d *driver) write(ctx context.Context, id int64, positions map[string]string, floors []int64, win, late []blob, final, savepoint bool, began time.Time) (Meta, string, error) {
+// cut is what the pre-aggregators saved at a barrier.
+type cut struct {
+	floors, forgotten []int64
+}
+
+func (d *driver) write(ctx context.Context, id int64, positions map[string]string, pc cut, win, late []blob, final, savepoint bool, began time.Time) (Meta, string, error) {
 	j := d.j
 	for _, op := range []struct {
 		name  string
@@ -467,11 +502,22 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 	syncDone := d.startSync(ctx)
 	fp, desc := j.cfg.fingerprint()
 	wm := d.wms.Current()
-	if wm == math.MaxInt64 {
-		wm = floorsMin(floors)
+	endOfInput := wm == math.MaxInt64 && d.eof
+	if wm == math.MaxInt64 && !endOfInput {
+		// A drained stop of a live source: the hours are not complete,
+		// whatever the drain fired; the last real watermark says how far
+		// they are.
+		wm = floorsMin(pc.floors)
 	}
-	meta := Meta{ID: id, JobGen: j.cfg.JobGen, Fingerprint: fp, Settings: desc, Positions: positions, Floors: floors,
-		Watermark: wm, Parallelism: j.cfg.Parallelism, Restored: j.c, TakenAtMs: d.procMs, Final: final}
+	var shards []string
+	for _, s := range d.wms.Shards() {
+		if !s.Closed {
+			shards = append(shards, s.ID)
+		}
+	}
+	meta := Meta{ID: id, JobGen: j.cfg.JobGen, Fingerprint: fp, Settings: desc, Positions: positions, Floors: pc.floors,
+		Forgotten: pc.forgotten, Shards: shards, Watermark: wm, Parallelism: j.cfg.Parallelism, Restored: j.c,
+		TakenAtMs: d.procMs, Final: final, EndOfInput: endOfInput}
 	meta, loc, err := j.ckpts.put(ctx, meta, savepoint, began, func(dir string) error {
 		cerr := j.st.Checkpoint(filepath.Join(dir, "state"))
 		if cerr != nil {

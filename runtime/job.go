@@ -275,7 +275,7 @@ func (j *Job) build() error {
 			d = dd
 		}
 		pa, err := preagg.New(preagg.Options{WindowMs: j.cfg.WindowMs, HorizonMs: j.cfg.HorizonMs, GuardMs: j.cfg.GuardMs,
-			FlushIntervalMs: j.cfg.PreaggFlushMs, NoDedup: j.cfg.NoDedup}, d, from, to)
+			FlushIntervalMs: j.cfg.PreaggFlushMs, AllowanceMs: j.cfg.allowance(), NoDedup: j.cfg.NoDedup}, d, from, to)
 		if err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
@@ -299,6 +299,7 @@ func (j *Job) restoreState(found bool) error {
 	}
 	for _, p := range j.pres {
 		p.pa.Restore(j.restored.Floors)
+		p.pa.RestoreForgotten(j.restored.Forgotten)
 	}
 	for _, op := range []string{"win", "late"} {
 		err := j.st.Blobs(op, func(kg int, val []byte) error {
@@ -320,6 +321,10 @@ type flushState struct{ j *Job }
 
 func (f flushState) LateTotal(ad string, hourStartMs int64) (int64, int64, bool) {
 	return f.j.wins[windowing.Owner(windowing.KeyGroup(ad), f.j.cfg.Parallelism)].late.Get(ad, hourStartMs)
+}
+
+func (f flushState) HourFast(ad string, hourStartMs int64) (int64, int64, bool) {
+	return f.j.wins[windowing.Owner(windowing.KeyGroup(ad), f.j.cfg.Parallelism)].minutes.HourClosed(ad, hourStartMs)
 }
 
 type flushTotals struct{ j *Job }

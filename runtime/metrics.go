@@ -15,6 +15,7 @@ type metrics struct {
 	late           prometheus.Counter
 	duplicate      prometheus.Counter
 	beyond         prometheus.Counter
+	guard          prometheus.Counter
 	invalid        prometheus.Counter
 	lateness       prometheus.Histogram
 	partials       prometheus.Counter
@@ -38,13 +39,14 @@ type metrics struct {
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
-	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_clicks_total", Help: "Clicks read, by verdict (counted, late, duplicate, beyond_horizon, invalid)."}, []string{"verdict"})
+	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_clicks_total", Help: "Clicks read, by verdict (counted, late, duplicate, beyond_horizon, guard_expired, invalid)."}, []string{"verdict"})
 	m := &metrics{
 		records:   records,
 		counted:   records.WithLabelValues("counted"),
 		late:      records.WithLabelValues("late"),
 		duplicate: records.WithLabelValues("duplicate"),
 		beyond:    records.WithLabelValues("beyond_horizon"),
+		guard:     records.WithLabelValues("guard_expired"),
 		invalid:   records.WithLabelValues("invalid"),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "adclick_lateness_seconds",
 			Help:    "How late late clicks were: the judge time (max of floor and watermark) minus the click's event time.",
@@ -104,5 +106,7 @@ func (m *metrics) verdict(v preagg.Verdict) {
 		m.duplicate.Inc()
 	case preagg.BeyondHorizon:
 		m.beyond.Inc()
+	case preagg.GuardExpired:
+		m.guard.Inc()
 	}
 }

@@ -67,12 +67,13 @@ type barrier struct {
 
 // ack is an operator's answer to a barrier.
 type ack struct {
-	role  string // "pre" or "win"
-	index int
-	floor int64
-	win   []blob
-	late  []blob
-	err   error
+	role      string // "pre" or "win"
+	index     int
+	floor     int64
+	forgotten int64
+	win       []blob
+	late      []blob
+	err       error
 }
 
 type blob struct {
@@ -213,7 +214,7 @@ func (s *preSub) handle(ctx context.Context, msg toPre) error {
 		if err := s.broadcast(ctx, toWin{kind: mBarrier, barrier: msg.barrier, procMs: msg.procMs}); err != nil {
 			return err
 		}
-		s.acks <- ack{role: "pre", index: s.idx, floor: floor, err: err}
+		s.acks <- ack{role: "pre", index: s.idx, floor: floor, forgotten: s.pa.Forgotten(), err: err}
 		if err != nil {
 			return err
 		}
@@ -391,8 +392,15 @@ func (w *winSub) handle(ctx context.Context, msg toWin) (bool, error) {
 		}
 		if m := minOf(w.wms); m > w.wm {
 			w.wm = m
-			w.minutes.Advance(m, w.emit)
-			w.late.Expire(m)
+			if m == preagg.EndOfTime {
+				// The end of input or a drained stop: every window fires,
+				// but state stays as the last real watermark left it, so
+				// a later start after more input finds it intact.
+				w.minutes.Drain(w.emit)
+			} else {
+				w.minutes.Advance(m, w.emit)
+				w.late.Expire(m)
+			}
 		}
 		if len(w.puts) >= 2048 {
 			if err := w.flushWrites(ctx); err != nil {

@@ -68,8 +68,14 @@ type adState struct {
 	ad    string
 	mins  []minSlot
 	hours []hourSlot
-	dirty bool // listed in Minutes.dirty
+	// drained holds the starts of minutes that Drain fired ahead of the
+	// watermark: they stay closed (a later partial for one is refused, and
+	// the caller counts it late) until the watermark passes them.
+	drained []int64
+	dirty   bool // listed in Minutes.dirty
 }
+
+func (a *adState) empty() bool { return len(a.mins) == 0 && len(a.hours) == 0 && len(a.drained) == 0 }
 
 func (a *adState) minute(start int64) int {
 	for i := range a.mins {
@@ -113,6 +119,10 @@ type Minutes struct {
 	// has passed the end of that hour.
 	oldestHour int64
 	oldestOK   bool
+	// nDrained counts the drained minutes held; oldestDrained is a lower
+	// bound of their starts (valid when nDrained > 0).
+	nDrained      int
+	oldestDrained int64
 }
 
 // NewMinutes returns a window operator with windows of windowMs (which must
@@ -185,10 +195,18 @@ func (m *Minutes) markDirty(a *adState) {
 // already fired: the pre-aggregator's ordering (partials before
 // watermarks) makes that impossible, so the caller treats it as a late
 // click batch rather than lose it.
+//
+// A window that Drain fired is closed too, until the watermark passes it.
 func (m *Minutes) Add(ad string, windowStart, count, spend int64) bool {
 	if m.wm != NoWatermark && windowStart+m.windowMs-1 <= m.wm {
 		m.stats.ClosedPartials++
 		return false
+	}
+	if m.nDrained > 0 {
+		if a := m.ads[ad]; a != nil && slices.Contains(a.drained, windowStart) {
+			m.stats.ClosedPartials++
+			return false
+		}
 	}
 	m.stats.PartialsIn++
 	a := m.adState(ad)
@@ -234,9 +252,69 @@ func (m *Minutes) Advance(wm int64, emit func(Row)) {
 		return
 	}
 	m.wm = wm
+	m.fire(wm, false, emit)
+	if m.nDrained > 0 && m.oldestDrained+m.windowMs-1 <= wm {
+		m.expireDrained(wm)
+	}
+	if !m.oldestOK || m.oldestHour+HourMs-1 > wm {
+		return
+	}
+	m.oldestOK = false
+	for ad, a := range m.ads {
+		a.hours = slices.DeleteFunc(a.hours, func(h hourSlot) bool { return h.nOpen == 0 && h.start+HourMs-1 <= wm })
+		for i := range a.hours {
+			m.noteHour(a.hours[i].start)
+		}
+		if a.empty() {
+			delete(m.ads, ad)
+		}
+	}
+}
+
+// Drain fires every open window now, as the end-of-time watermark of a
+// drained stop or a finished file replay would, emitting rows as Advance
+// does, but without moving the watermark: the fired minutes are remembered
+// as closed (Add refuses them, so a click for one that comes after a
+// restart is counted late, not written over the row), and hours and their
+// roll-ups are kept until the real watermark passes them. Drain is what a
+// job does with the end-of-time watermark: a later start after more input
+// must find the state a real watermark left, not one that has forgotten
+// everything.
+func (m *Minutes) Drain(emit func(Row)) {
+	m.fire(math.MaxInt64, true, emit)
+}
+
+// expireDrained forgets the drained minutes the watermark has passed.
+func (m *Minutes) expireDrained(wm int64) {
+	m.nDrained = 0
+	for ad, a := range m.ads {
+		if len(a.drained) == 0 {
+			continue
+		}
+		a.drained = slices.DeleteFunc(a.drained, func(s int64) bool { return s+m.windowMs-1 <= wm })
+		for _, s := range a.drained {
+			m.noteDrained(s)
+		}
+		if a.empty() {
+			delete(m.ads, ad)
+		}
+	}
+}
+
+func (m *Minutes) noteDrained(start int64) {
+	if m.nDrained == 0 || start < m.oldestDrained {
+		m.oldestDrained = start
+	}
+	m.nDrained++
+}
+
+// fire closes every open window whose last millisecond is ≤ limit, emitting
+// each minute row and then each touched hour's roll-up once; drain records
+// the fired minutes as drained.
+func (m *Minutes) fire(limit int64, drain bool, emit func(Row)) {
 	m.advances++
 	var touched []hourRef
-	for len(m.starts) > 0 && m.starts[0]+m.windowMs-1 <= wm {
+	for len(m.starts) > 0 && m.starts[0]+m.windowMs-1 <= limit {
 		start := m.starts[0]
 		m.starts = m.starts[1:]
 		list := m.open[start]
@@ -250,6 +328,10 @@ func (m *Minutes) Advance(wm int64, emit func(Row)) {
 			ms := a.mins[i]
 			a.mins = slices.Delete(a.mins, i, i+1)
 			m.nOpen--
+			if drain {
+				a.drained = append(a.drained, start)
+				m.noteDrained(start)
+			}
 			emit(Row{Ad: a.ad, StartMs: start, Valid: ms.count, SpendMicros: ms.spend, RunValid: ms.count, RunSpend: ms.spend})
 			m.stats.MinutesFired++
 			hs := hourStart(start)
@@ -270,19 +352,6 @@ func (m *Minutes) Advance(wm int64, emit func(Row)) {
 		emit(Row{Ad: t.a.ad, StartMs: t.start, Hour: true, Valid: h.closed.count, SpendMicros: h.closed.spend,
 			RunValid: h.closed.count + h.open.count, RunSpend: h.closed.spend + h.open.spend})
 		m.stats.HourRows++
-	}
-	if !m.oldestOK || m.oldestHour+HourMs-1 > wm {
-		return
-	}
-	m.oldestOK = false
-	for ad, a := range m.ads {
-		a.hours = slices.DeleteFunc(a.hours, func(h hourSlot) bool { return h.nOpen == 0 && h.start+HourMs-1 <= wm })
-		for i := range a.hours {
-			m.noteHour(a.hours[i].start)
-		}
-		if len(a.hours) == 0 && len(a.mins) == 0 {
-			delete(m.ads, ad)
-		}
 	}
 }
 
@@ -328,6 +397,22 @@ func (m *Minutes) Totals(fn func(Running)) {
 	}
 }
 
+// HourClosed returns the roll-up state holds for ad and the hour starting
+// at hourStartMs: the sum of that hour's closed minutes. ok is false if no
+// minute of that hour has closed (or the hour is no longer held).
+func (m *Minutes) HourClosed(ad string, hourStartMs int64) (valid, spendMicros int64, ok bool) {
+	a := m.ads[ad]
+	if a == nil {
+		return 0, 0, false
+	}
+	i := a.hourIdx(hourStartMs)
+	if i < 0 || a.hours[i].closed.count == 0 {
+		return 0, 0, false
+	}
+	h := a.hours[i].closed
+	return h.count, h.spend, true
+}
+
 // HasTotal reports whether state implies a running total for (ad, start,
 // hour).
 func (m *Minutes) HasTotal(ad string, start int64, hour bool) bool {
@@ -342,11 +427,12 @@ func (m *Minutes) HasTotal(ad string, start int64, hour bool) bool {
 }
 
 // Snapshot serialises the operator's state grouped by key group of the ad,
-// calling fn once per non-empty key group, in key-group order.
+// calling fn once per non-empty key group, in key-group order: open minutes
+// ('m'), hours ('h'), then drained minutes ('d').
 func (m *Minutes) Snapshot(fn func(kg int, data []byte) error) error {
 	groups := make(map[int][]*adState)
 	for _, a := range m.ads {
-		if len(a.mins) == 0 && len(a.hours) == 0 {
+		if a.empty() {
 			continue
 		}
 		kg := KeyGroup(a.ad)
@@ -379,6 +465,12 @@ func (m *Minutes) Snapshot(fn func(kg int, data []byte) error) error {
 				b = binary.AppendVarint(b, h.open.count)
 				b = binary.AppendVarint(b, h.open.spend)
 				b = binary.AppendVarint(b, int64(h.nOpen))
+			}
+		}
+		for _, a := range as {
+			ds := slices.Sorted(slices.Values(a.drained))
+			for _, s := range ds {
+				b = appendEntry(b, 'd', a.ad, s, acc{})
 			}
 		}
 		if err := fn(kg, b); err != nil {
@@ -424,6 +516,15 @@ func (m *Minutes) Restore(data []byte) error {
 				i = m.openMinute(a, start)
 			}
 			a.mins[i].acc = acc{count: c, spend: s}
+		case 'd':
+			if r.err != nil {
+				return errCorrupt
+			}
+			a := m.adState(ad)
+			if !slices.Contains(a.drained, start) {
+				a.drained = append(a.drained, start)
+				m.noteDrained(start)
+			}
 		case 'h':
 			oc, os, no := r.varint(), r.varint(), r.varint()
 			if r.err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -92,4 +93,56 @@ func runStderr(t *testing.T, wantCode int, args ...string) string {
 		t.Fatalf("adclick %v: exit code %d, want %d\nstderr:\n%s", args, code, wantCode, errb.String())
 	}
 	return errb.String()
+}
+
+// TestArrivalJumpIsBounded: in a file replay, one line whose arrival_ms is
+// days ahead of the others (or near the year 9999) must neither move the
+// virtual clock forward for good — which switched the dedup guard on and
+// dropped every later line — nor make the tick loop run practically for
+// ever. Before the fix the run with the far line did not finish in minutes,
+// and the one with the two-day line lost every click after it.
+func TestArrivalJumpIsBounded(t *testing.T) {
+	base := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC).UnixMilli()
+	for _, tc := range []struct {
+		name   string
+		jumpMs int64 // the odd line's arrival
+	}{
+		{"two days ahead", base + 2*24*3_600_000},
+		{"near the year 9999", time.Date(9999, 12, 1, 0, 0, 0, 0, time.UTC).UnixMilli()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			trace := filepath.Join(dir, "trace.jsonl")
+			var lines, normal []string
+			for i := range 600 {
+				at := base + int64(i)*500
+				if i == 200 {
+					// Its impression is normal, so by the horizon rule
+					// (impression before arrival − allowance − 1 ms − 2 h)
+					// it is beyond the horizon, as the recount judges it.
+					lines = append(lines, clickLine("odd", "ad_odd", "s1", at, at, tc.jumpMs, 5))
+					continue
+				}
+				l := clickLine(fmt.Sprint("c", i), fmt.Sprint("ad", i%7), fmt.Sprint("s", i%2), at, at, at, 10)
+				lines, normal = append(lines, l), append(normal, l)
+			}
+			writeLines(t, trace, lines)
+			// Every other line is counted exactly.
+			refPath := filepath.Join(dir, "normal.jsonl")
+			writeLines(t, refPath, normal)
+			ref := buildReference(t, refPath)
+			data := filepath.Join(dir, "data")
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, binPath, append([]string{"run", "--source", "file:" + trace, "--data", data}, runFlags...)...)
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			start := time.Now()
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("run: %v after %s (a bounded replay ends in seconds)\n%s", err, time.Since(start).Round(time.Second), errb.String())
+			}
+			rs, _ := rows(t, data)
+			check(t, rs, ref, nil)
+		})
+	}
 }

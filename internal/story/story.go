@@ -248,7 +248,7 @@ func (s *Story) build(par int, epoch int64, ck *Checkpoint) error {
 			d = dd
 		}
 		pa, err := preagg.New(preagg.Options{WindowMs: o.WindowMs, HorizonMs: o.HorizonMs, GuardMs: o.GuardMs,
-			FlushIntervalMs: o.PreaggFlushMs, NoDedup: o.NoDedup}, d, from, to)
+			FlushIntervalMs: o.PreaggFlushMs, AllowanceMs: o.AllowanceMs, NoDedup: o.NoDedup}, d, from, to)
 		if err != nil {
 			return fmt.Errorf("story: %w", err)
 		}
@@ -457,8 +457,12 @@ func (s *Story) winWatermark(w *winSub, from int, wm, t int64) {
 	}
 	if m := minOf(w.wms); m > w.wm {
 		w.wm = m
-		w.minutes.Advance(m, func(r windowing.Row) { s.emitRow(w, r) })
-		w.late.Expire(m)
+		if m == preagg.EndOfTime { // as the runtime does
+			w.minutes.Drain(func(r windowing.Row) { s.emitRow(w, r) })
+		} else {
+			w.minutes.Advance(m, func(r windowing.Row) { s.emitRow(w, r) })
+			w.late.Expire(m)
+		}
 	}
 	s.winTick(w, from, t)
 }
