@@ -16,7 +16,14 @@
 // shard; a full queue stops that reader fetching (backpressure).
 //
 // The driver goroutine consumes the queues through Next, one user record at
-// a time, fairly across shards and in order within a shard:
+// a time, in order within a shard, the shards with queued records taking
+// turns one record each. Right after Open, Next holds back user records
+// (not shard events) until every shard it started has fetched (a user
+// record, a caught-up reply or its end), for at most StartHold (10 s):
+// otherwise a backlog would come out in the order the shards' first
+// GetRecords calls return, one whole shard after another, and the job
+// watermark, a minimum over shards, would stay unset while it is read.
+// The driver loop:
 //
 //	src, err := kinesis.Open(ctx, client, kinesis.Options{Stream: "clicks", Positions: restored})
 //	defer src.Close()

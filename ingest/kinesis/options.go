@@ -67,6 +67,15 @@ type Options struct {
 	// reader does not call GetRecords while its queue holds this many.
 	// Default 10,000.
 	BufferRecords int
+	// StartHold bounds how long Next holds back user records after Open,
+	// until every shard whose reader Open started has fetched: its
+	// GetRecords calls returned a user record, reported the shard caught up
+	// (MillisBehindLatest 0) or reached its end. Shard events are not held.
+	// Without the hold, a backlog comes out in the order the shards' first
+	// calls return, often one whole shard after another, and the job
+	// watermark (the minimum over shards) cannot form before the last
+	// shard's first record. Default 10 s; a negative value holds nothing.
+	StartHold time.Duration
 
 	// Registerer registers the source's metrics; nil registers none.
 	Registerer prometheus.Registerer
@@ -106,6 +115,9 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.BufferRecords == 0 {
 		o.BufferRecords = 10_000
+	}
+	if o.StartHold == 0 {
+		o.StartHold = 10 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -163,6 +163,7 @@ func (s *Source) read(sh *shard, sp startSpec) {
 		s.mu.Lock()
 		sh.queue = append(sh.queue, items...)
 		sh.polled = true
+		sh.primed = sh.primed || len(items) > 0 || behind == 0 || end
 		sh.lag = behind
 		if end {
 			sh.ended = true

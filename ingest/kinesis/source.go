@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,6 +92,7 @@ type shard struct {
 	head   int
 	full   bool // the reader waits for space
 	polled bool // a GetRecords call succeeded
+	primed bool // a call returned a user record, found the shard caught up, or reached its end
 	ended  bool // the reader reached the end; the closed event is queued
 	lag    int64
 	space  chan struct{}
@@ -131,6 +133,13 @@ type Source struct {
 	rr     int
 	listed int // shard listings done
 	err    error
+
+	// The start hold (Options.StartHold): while hold is not empty, Next
+	// hands out no user record until every shard in it is primed or
+	// holdUntil passes.
+	hold      []*shard
+	holdFrom  time.Time
+	holdUntil time.Time
 }
 
 // Open lists the stream's shards and starts reading those that may be read
@@ -168,6 +177,11 @@ func Open(ctx context.Context, api API, o Options) (*Source, error) {
 	s.mu.Lock()
 	s.merge(listed)
 	s.startReady()
+	if o.StartHold > 0 && len(s.order) > 0 {
+		s.hold = slices.Clone(s.order)
+		s.holdFrom = time.Now()
+		s.holdUntil = s.holdFrom.Add(o.StartHold)
+	}
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go s.manage()
@@ -188,11 +202,15 @@ func (s *Source) Close() {
 
 // Next returns the next user record or shard event, waiting up to wait for
 // one; ok is false if none arrived in time (or wait ≤ 0 and none was
-// queued). Records of one shard come in order; shards take turns. A fatal
-// source error (the stream deleted, access denied, too many consecutive
-// failures) is returned as err; so is ctx's error.
+// queued). Records of one shard come in order; the shards with queued
+// items take turns, one item each. Right after Open, user records are held
+// back (events are not) until every shard has fetched or
+// Options.StartHold has passed, so that a backlog comes out interleaved
+// across shards rather than in the order the shards' first fetches return.
+// A fatal source error (the stream deleted, access denied, too many
+// consecutive failures) is returned as err; so is ctx's error.
 func (s *Source) Next(ctx context.Context, wait time.Duration) (r Record, ok bool, err error) {
-	armed := false
+	var deadline time.Time
 	for {
 		s.mu.Lock()
 		if s.err != nil {
@@ -200,7 +218,8 @@ func (s *Source) Next(ctx context.Context, wait time.Duration) (r Record, ok boo
 			s.mu.Unlock()
 			return Record{}, false, err
 		}
-		r, ok = s.popLocked()
+		hold := s.holdLocked()
+		r, ok = s.popLocked(hold > 0)
 		s.mu.Unlock()
 		if ok {
 			return r, true, nil
@@ -208,18 +227,25 @@ func (s *Source) Next(ctx context.Context, wait time.Duration) (r Record, ok boo
 		if wait <= 0 {
 			return Record{}, false, nil
 		}
-		if !armed {
-			if s.timer == nil {
-				s.timer = time.NewTimer(wait)
-			} else {
-				s.timer.Reset(wait)
-			}
-			armed = true
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(wait)
+		}
+		d := deadline.Sub(now)
+		if d <= 0 {
+			return Record{}, false, nil
+		}
+		if hold > 0 {
+			d = min(d, hold) // look again when the hold ends
+		}
+		if s.timer == nil {
+			s.timer = time.NewTimer(d)
+		} else {
+			s.timer.Reset(d)
 		}
 		select {
 		case <-s.notify:
 		case <-s.timer.C:
-			return Record{}, false, nil
 		case <-ctx.Done():
 			s.timer.Stop()
 			return Record{}, false, ctx.Err()
@@ -227,13 +253,46 @@ func (s *Source) Next(ctx context.Context, wait time.Duration) (r Record, ok boo
 	}
 }
 
-// popLocked takes the next item, round robin over the shards.
-func (s *Source) popLocked() (Record, bool) {
+// holdLocked returns how much longer the start hold lasts, or 0 once every
+// shard it waits for is primed or its time is up (the hold then ends for
+// good). Called with mu held.
+func (s *Source) holdLocked() time.Duration {
+	if len(s.hold) == 0 {
+		return 0
+	}
+	waiting := 0
+	for _, sh := range s.hold {
+		if !sh.primed {
+			waiting++
+		}
+	}
+	now := time.Now()
+	if left := s.holdUntil.Sub(now); waiting > 0 && left > 0 {
+		return left
+	}
+	if waiting > 0 {
+		var ids []string
+		for _, sh := range s.hold {
+			if !sh.primed {
+				ids = append(ids, sh.id)
+			}
+		}
+		s.log.Warn("kinesis start hold timed out; reading before these shards fetched", "shards", ids, "held", now.Sub(s.holdFrom))
+	} else {
+		s.log.Info("kinesis start hold ended: every shard fetched", "shards", len(s.hold), "held", now.Sub(s.holdFrom))
+	}
+	s.hold = nil
+	return 0
+}
+
+// popLocked takes the next item, round robin over the shards with queued
+// items, one item per turn. While held, only shard events are taken.
+func (s *Source) popLocked(held bool) (Record, bool) {
 	n := len(s.order)
 	for k := 0; k < n; k++ {
 		i := (s.rr + k) % n
 		sh := s.order[i]
-		if sh.queued() == 0 {
+		if sh.queued() == 0 || held && sh.queue[sh.head].Event == "" {
 			continue
 		}
 		it := sh.queue[sh.head]
