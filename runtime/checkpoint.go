@@ -3,11 +3,14 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/adclick/adclick/ckptstore"
@@ -53,19 +56,20 @@ type Meta struct {
 // holds the epoch high-water mark.
 type checkpoints struct {
 	store   ckptstore.Store
+	log     *slog.Logger
 	dataDir string
 	keep    int
 	prev    map[string]int64 // state files of the previous checkpoint: name → size
 }
 
-func newCheckpoints(dataDir string, store ckptstore.Store, keep int) (*checkpoints, error) {
+func newCheckpoints(dataDir string, store ckptstore.Store, keep int, log *slog.Logger) (*checkpoints, error) {
 	if store == nil {
 		var err error
 		if store, err = ckptstore.NewLocal(dataDir, ckptstore.Options{}); err != nil {
 			return nil, fmt.Errorf("runtime: checkpoint store: %w", err)
 		}
 	}
-	return &checkpoints{store: store, dataDir: dataDir, keep: keep}, nil
+	return &checkpoints{store: store, log: log, dataDir: dataDir, keep: keep}, nil
 }
 
 // fetch downloads checkpoint (or savepoint) id into an empty local folder
@@ -82,15 +86,38 @@ func (c *checkpoints) fetch(ctx context.Context, id int64, kind ckptstore.Kind) 
 	return dir, m, err
 }
 
-// latest fetches the newest complete checkpoint; found is false if there
-// is none.
+// latest fetches the newest complete checkpoint that verifies; found is
+// false if there is none. A checkpoint that does not verify (a file whose
+// size or checksum differs from its manifest, an unreadable meta.json) is
+// skipped, loudly, for the one before it: restoring an older checkpoint is
+// safe, because the flush then covers every epoch from the older id to the
+// high-water mark, and the replay starts from the older positions. If
+// checkpoints exist but none verifies, the start is refused: starting from
+// empty state would count everything again.
 func (c *checkpoints) latest(ctx context.Context) (dir string, m Meta, found bool, err error) {
-	id, ok, err := c.store.Latest(ctx, ckptstore.Checkpoint)
-	if err != nil || !ok {
-		return "", Meta{}, false, err
+	ids, err := c.store.List(ctx, ckptstore.Checkpoint)
+	if err != nil {
+		return "", Meta{}, false, fmt.Errorf("runtime: list checkpoints: %w", err)
 	}
-	dir, m, err = c.fetch(ctx, id, ckptstore.Checkpoint)
-	return dir, m, err == nil, err
+	var bad []string
+	for i := len(ids) - 1; i >= 0; i-- {
+		dir, m, err := c.fetch(ctx, ids[i], ckptstore.Checkpoint)
+		if err == nil {
+			if len(bad) > 0 {
+				c.log.Error("restoring an older checkpoint: the newer ones do not verify", "checkpoint", ids[i], "skipped", bad)
+			}
+			return dir, m, true, nil
+		}
+		if !errors.Is(err, ckptstore.ErrCorrupt) {
+			return "", Meta{}, false, err
+		}
+		c.log.Error("checkpoint does not verify; trying the one before", "checkpoint", ids[i], "err", err)
+		bad = append(bad, fmt.Sprintf("%d (%v)", ids[i], err))
+	}
+	if len(bad) > 0 {
+		return "", Meta{}, false, fmt.Errorf("runtime: no checkpoint verifies, refusing to start from empty state (it would count everything again): %s", strings.Join(bad, "; "))
+	}
+	return "", Meta{}, false, nil
 }
 
 // savepoint fetches a savepoint named by id (from the store) or by a local
@@ -202,7 +229,7 @@ func readMeta(dir string) (Meta, error) {
 	}
 	var m Meta
 	if err := json.Unmarshal(b, &m); err != nil {
-		return Meta{}, fmt.Errorf("runtime: %s: corrupt meta.json: %w", dir, err)
+		return Meta{}, fmt.Errorf("runtime: %s: meta.json: %w: %w", dir, ckptstore.ErrCorrupt, err)
 	}
 	return m, nil
 }

@@ -65,8 +65,13 @@ type Config struct {
 	PreaggFlushMs        int64 // pre-aggregation buffer; default 500
 	EarlyFiringMs        int64 // running totals; default 1,000
 	CheckpointIntervalMs int64 // default 30,000
-	CheckpointPauseMs    int64 // minimum pause between checkpoints; default 5,000
-	CheckpointsKept      int   // default 3
+	// CheckpointTimeoutMs bounds how long checkpoints may keep failing (a
+	// failed one is retried with backoff meanwhile) before the job exits
+	// with the root cause, and how long a stop waits for its final
+	// checkpoint. Default 60,000.
+	CheckpointTimeoutMs int64
+	CheckpointPauseMs   int64 // minimum pause between checkpoints; default 5,000
+	CheckpointsKept     int   // default 3
 	// FlushWritesPerSec limits the full flush's own writes; default 500 for
 	// an external row store (DynamoDB), unlimited for the embedded one.
 	FlushWritesPerSec float64
@@ -147,6 +152,7 @@ func (c *Config) EnsureDefaults() {
 	def(&c.EarlyFiringMs, 1_000)
 	def(&c.CheckpointIntervalMs, 30_000)
 	def(&c.CheckpointPauseMs, 5_000)
+	def(&c.CheckpointTimeoutMs, 60_000)
 	if c.CheckpointsKept == 0 {
 		c.CheckpointsKept = 3
 	}
@@ -194,6 +200,7 @@ func (c *Config) Validate() error {
 		{"allowance", c.allowance()}, {"watermark interval", c.WatermarkIntervalMs}, {"idle timeout", c.IdleMs},
 		{"window", c.WindowMs}, {"horizon", c.HorizonMs}, {"guard", c.GuardMs}, {"pre-aggregation buffer", c.PreaggFlushMs},
 		{"early firing", c.EarlyFiringMs}, {"checkpoint interval", c.CheckpointIntervalMs},
+		{"checkpoint timeout", c.CheckpointTimeoutMs},
 	} {
 		if v.v < 0 || (v.v == 0 && v.name != "allowance") {
 			errs = append(errs, fmt.Errorf("%s %d ms must be positive", v.name, v.v))

@@ -42,8 +42,14 @@ type driver struct {
 	lastRecord int64 // processing time of the last record (real-time sources)
 	forgotten  int64 // epochs below this are forgotten by the totals store
 	eof        bool  // the source ended (bounded input read to its end)
-	rec        latepath.Record
-	c          ingest.Click
+	// Checkpoint failures: a failed periodic checkpoint is retried at
+	// ckptRetryAt (processing time) with backoff; failSince is when the
+	// failures began (wall clock), bounded by the checkpoint timeout.
+	ckptFails   int
+	ckptRetryAt int64
+	failSince   time.Time
+	rec         latepath.Record
+	c           ingest.Click
 }
 
 func newDriver(j *Job, src source) *driver {
@@ -76,8 +82,9 @@ func (d *driver) run(ctx, runCtx context.Context) error {
 		d.lastRecord = d.j.cfg.Clock.NowMs()
 	}
 	for {
-		if err := runCtx.Err(); err != nil {
-			return err
+		d.j.beat()
+		if runCtx.Err() != nil {
+			return context.Cause(runCtx)
 		}
 		if ctx.Err() != nil {
 			return d.stop(runCtx, d.j.cfg.Drain)
@@ -284,8 +291,12 @@ func (d *driver) tick(ctx context.Context, t int64) error {
 	if !d.j.cfg.NoCheckpoint {
 		iv := d.j.cfg.CheckpointIntervalMs
 		if t-d.lastCkpt >= iv {
-			if _, err := d.checkpoint(ctx, t, false); err != nil {
-				return err
+			if t >= d.ckptRetryAt {
+				if _, err := d.checkpoint(ctx, t, false); err != nil {
+					if err := d.checkpointFailed(ctx, t, err); err != nil {
+						return err
+					}
+				}
 			}
 		} else if !d.preflushed && t-d.lastCkpt >= iv-iv/10 {
 			// A tenth of the interval before the checkpoint, write the
@@ -319,6 +330,56 @@ func satAdd(a, b int64) int64 {
 	return a + b
 }
 
+// checkpointFailed handles a failed periodic checkpoint: it is retried
+// after a backoff (1 s, doubling up to 10 s of processing time) while the
+// graph runs on, until failures have lasted the checkpoint timeout; then
+// the job ends with the root cause, so a supervisor restarts it (Flink's
+// tolerable-failed-checkpoints, with a time budget). The readiness probe
+// reports not ready meanwhile.
+func (d *driver) checkpointFailed(ctx context.Context, t int64, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if d.ckptFails == 0 {
+		d.failSince = time.Now()
+	}
+	d.ckptFails++
+	d.j.setFailing(true)
+	timeout := time.Duration(d.j.cfg.CheckpointTimeoutMs) * time.Millisecond
+	if since := time.Since(d.failSince); since >= timeout {
+		return fmt.Errorf("runtime: checkpoints failed for %s (%d attempts, the checkpoint timeout is %s): %w",
+			since.Round(time.Millisecond), d.ckptFails, timeout, err)
+	}
+	backoff := min(int64(1000)<<min(d.ckptFails-1, 4), 10_000)
+	d.ckptRetryAt = t + backoff
+	d.j.log.Warn("checkpoint failed; retrying", "attempt", d.ckptFails, "retry_in_ms", backoff, "err", err)
+	return nil
+}
+
+// checkpointRetry takes a checkpoint that must complete (the final one, or
+// a stop's), retrying with backoff until the checkpoint timeout.
+func (d *driver) checkpointRetry(ctx context.Context, final, savepoint bool) (Meta, string, error) {
+	start := time.Now()
+	timeout := time.Duration(d.j.cfg.CheckpointTimeoutMs) * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		m, loc, err := d.checkpointAs(ctx, d.procMs, final, savepoint)
+		if err == nil || ctx.Err() != nil {
+			return m, loc, err
+		}
+		d.j.setFailing(true)
+		wait := time.Duration(min(int64(250)<<min(attempt-1, 5), 5_000)) * time.Millisecond
+		if time.Since(start)+wait >= timeout {
+			return Meta{}, "", fmt.Errorf("runtime: final checkpoint failed for %s (%d attempts): %w", time.Since(start).Round(time.Millisecond), attempt, err)
+		}
+		d.j.log.Warn("final checkpoint failed; retrying", "attempt", attempt, "retry_in", wait, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return Meta{}, "", context.Cause(ctx)
+		}
+	}
+}
+
 // errStopped ends the driver's loop after an operator's stop.
 var errStopped = errors.New("runtime: stopped by operator")
 
@@ -326,9 +387,16 @@ func (d *driver) control(ctx context.Context, r ctlReq) error {
 	var resp ctlResp
 	switch r.kind {
 	case ctlSavepoint:
+		// A failed savepoint is the operator's to retry; the job goes on
+		// (a broken graph ends it at the next step anyway).
 		resp.meta, resp.path, resp.err = d.checkpointAs(ctx, d.procMs, false, true)
+		r.reply <- resp
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return nil
 	case ctlStop:
-		resp.meta, resp.path, resp.err = d.checkpointAs(ctx, d.procMs, true, r.savepoint)
+		resp.meta, resp.path, resp.err = d.checkpointRetry(ctx, true, r.savepoint)
 	case ctlRewrite:
 		resp.err = d.broadcast(ctx, toPre{kind: mRewrite, procMs: d.procMs})
 	}
@@ -381,7 +449,7 @@ func (d *driver) stop(ctx context.Context, endOfInput bool) error {
 
 func (d *driver) stopBefore(ctx context.Context) error {
 	if !d.j.cfg.NoCheckpoint {
-		if _, err := d.checkpoint(ctx, d.procMs, true); err != nil {
+		if _, _, err := d.checkpointRetry(ctx, true, false); err != nil {
 			return err
 		}
 	}
@@ -406,8 +474,19 @@ func (d *driver) checkpoint(ctx context.Context, procMs int64, final bool) (Meta
 }
 
 // checkpointAs takes a checkpoint, also kept as a savepoint if savepoint is
-// set; it returns the savepoint's location.
+// set; it returns the savepoint's location. Every failure is counted.
 func (d *driver) checkpointAs(ctx context.Context, procMs int64, final, savepoint bool) (Meta, string, error) {
+	m, loc, err := d.checkpointOnce(ctx, procMs, final, savepoint)
+	if err != nil {
+		d.j.m.ckpts.WithLabelValues("failed").Inc()
+		return m, loc, err
+	}
+	d.ckptFails, d.ckptRetryAt = 0, 0
+	d.j.setFailing(false)
+	return m, loc, nil
+}
+
+func (d *driver) checkpointOnce(ctx context.Context, procMs int64, final, savepoint bool) (Meta, string, error) {
 	j := d.j
 	id := j.nextID
 	j.nextID++
@@ -436,8 +515,9 @@ func (d *driver) checkpointAs(ctx context.Context, procMs int64, final, savepoin
 		var a ack
 		select {
 		case a = <-j.acks:
+			j.beat()
 		case <-ctx.Done():
-			return Meta{}, "", ctx.Err()
+			return Meta{}, "", context.Cause(ctx)
 		}
 		if a.err != nil {
 			errs = append(errs, fmt.Errorf("%s subtask %d: %w", a.role, a.index, a.err))
@@ -450,13 +530,11 @@ func (d *driver) checkpointAs(ctx context.Context, procMs int64, final, savepoin
 		late = append(late, a.late...)
 	}
 	if err := errors.Join(errs...); err != nil {
-		j.m.ckpts.WithLabelValues("failed").Inc()
 		return Meta{}, "", fmt.Errorf("runtime: checkpoint %d: %w", id, err)
 	}
 	aligned := time.Since(began)
 	meta, loc, err := d.write(ctx, id, positions, cut{floors: floors, forgotten: forgotten}, win, late, final, savepoint, began)
 	if err != nil {
-		j.m.ckpts.WithLabelValues("failed").Inc()
 		return Meta{}, "", err
 	}
 	d.lastCkpt = procMs

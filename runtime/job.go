@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/adclick/adclick/flush"
@@ -70,12 +71,30 @@ type Job struct {
 	ctl         chan ctlReq
 	done        chan struct{}
 
+	lock      *dataLock
 	restoreMs int64
 	kin       *kinesisSource
 	ckptCount int64
 
-	mu     sync.Mutex
-	status Status
+	mu      sync.Mutex
+	status  Status
+	failing bool // checkpoints are failing (being retried)
+	// lastBeat is when the driver last made progress (Unix ns): a loop
+	// iteration or a subtask's answer to a barrier.
+	lastBeat atomic.Int64
+}
+
+// stallAfter is how long the driver may go without progress before the
+// job reports not ready: a loop iteration comes at least every watermark
+// interval, and a checkpoint's barrier answers well within this.
+const stallAfter = 15 * time.Second
+
+func (j *Job) beat() { j.lastBeat.Store(time.Now().UnixNano()) }
+
+func (j *Job) setFailing(v bool) {
+	j.mu.Lock()
+	j.failing = v
+	j.mu.Unlock()
 }
 
 // Open prepares a job: it restores the latest checkpoint under DataDir (or
@@ -91,9 +110,24 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("runtime: data dir: %w", err)
 	}
-	j := &Job{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer), ctl: make(chan ctlReq), done: make(chan struct{})}
-	var err error
-	if j.ckpts, err = newCheckpoints(cfg.DataDir, cfg.Checkpoints, cfg.CheckpointsKept); err != nil {
+	// Nothing under DataDir is touched before this job holds it alone.
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFreeSpace(cfg.DataDir); err != nil {
+		lock.release()
+		return nil, err
+	}
+	j := &Job{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer), ctl: make(chan ctlReq), done: make(chan struct{}), lock: lock}
+	// Scratch folders of checkpoints a killed run was building: they hold
+	// old state files alive through hard links.
+	if err := os.RemoveAll(filepath.Join(cfg.DataDir, "scratch")); err != nil {
+		j.Close()
+		return nil, fmt.Errorf("runtime: remove checkpoint scratch: %w", err)
+	}
+	if j.ckpts, err = newCheckpoints(cfg.DataDir, cfg.Checkpoints, cfg.CheckpointsKept, cfg.Logger); err != nil {
+		j.Close()
 		return nil, err
 	}
 	var meta Meta
@@ -105,11 +139,13 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		}
 		found = true
 	} else if ckptDir, meta, found, err = j.ckpts.latest(ctx); err != nil {
+		j.Close()
 		return nil, err
 	}
 	defer j.ckpts.cleanRestore()
 	fp, desc := cfg.fingerprint()
 	if found && meta.Fingerprint != fp {
+		j.Close()
 		return nil, fmt.Errorf("runtime: checkpoint %d in %s was taken with settings {%s}, but this job has {%s}; restoring it would misread its state: start with the same settings, or with a new --data directory",
 			meta.ID, cfg.DataDir, meta.Settings, desc)
 	}
@@ -122,13 +158,14 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		}
 	}
 	if err != nil {
+		j.Close()
 		return nil, fmt.Errorf("runtime: open state: %w", err)
 	}
 	j.rows, j.totals = cfg.Rows, cfg.Totals
 	if j.rows == nil {
 		j.store, err = embedded.Open(filepath.Join(cfg.DataDir, "store"), embedded.Options{Registerer: cfg.Registerer})
 		if err != nil {
-			j.st.Close()
+			j.Close()
 			return nil, fmt.Errorf("runtime: open embedded store: %w", err)
 		}
 		j.rows = j.store
@@ -345,11 +382,16 @@ func (f flushTotals) HasTotal(k sink.TotalKey) bool {
 	return f.j.wins[windowing.Owner(windowing.KeyGroup(k.Ad), f.j.cfg.Parallelism)].minutes.HasTotal(k.Ad, k.StartMs, k.Hour)
 }
 
-// Status returns a snapshot of the job's status.
+// Status returns a snapshot of the job's status. Ready is false while
+// checkpoints are failing, once the driver has made no progress for
+// stallAfter, and after Run has returned.
 func (j *Job) Status() Status {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	s := j.status
+	if s.Ready && (j.failing || time.Since(time.Unix(0, j.lastBeat.Load())) > stallAfter) {
+		s.Ready = false
+	}
 	s.Shards = append([]ingest.ShardWatermark(nil), s.Shards...)
 	return s
 }
@@ -443,6 +485,7 @@ func (j *Job) Close() error {
 		errs = append(errs, j.store.Close())
 		j.store = nil
 	}
+	errs = append(errs, j.lock.release())
 	return errors.Join(errs...)
 }
 
@@ -461,26 +504,49 @@ func (j *Job) Run(ctx context.Context) error {
 		j.mu.Unlock()
 		defer func() { j.mu.Lock(); j.kin = nil; j.mu.Unlock() }()
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	errc := make(chan error, 2*len(j.pres))
+	// runCtx is the graph's: the first failure anywhere cancels it with
+	// that failure as its cause, which is what Run returns (a cancellation
+	// seen elsewhere afterwards never hides it).
+	runCtx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
 	var wg sync.WaitGroup
 	for _, p := range j.pres {
 		wg.Go(func() {
 			if err := p.run(runCtx); err != nil {
-				errc <- err
-				cancel()
+				cancel(err)
 			}
 		})
 	}
 	for _, w := range j.wins {
 		wg.Go(func() {
 			if err := w.run(runCtx); err != nil {
-				errc <- err
-				cancel()
+				cancel(err)
 			}
 		})
 	}
+	// A stop (ctx cancelled) ends with a final checkpoint; if the graph
+	// cannot take it within the stop timeout (a sink that does not answer,
+	// a stuck subtask), the graph is cancelled: the process exits without
+	// it, which a restart repairs like any crash.
+	runDone := make(chan struct{})
+	endWatch := sync.OnceFunc(func() { close(runDone) })
+	defer endWatch()
+	var watch sync.WaitGroup
+	defer watch.Wait()
+	watch.Go(func() {
+		select {
+		case <-runDone:
+			return
+		case <-ctx.Done():
+		}
+		t := time.NewTimer(j.stopTimeout())
+		defer t.Stop()
+		select {
+		case <-runDone:
+		case <-t.C:
+			cancel(fmt.Errorf("runtime: stop: no final checkpoint within %s; exiting without it (a restart restores the last completed checkpoint)", j.stopTimeout()))
+		}
+	})
 	defer close(j.done)
 	if j.cfg.Recount {
 		f, err := recount.NewFinalizer(recount.FinalizerOptions{Recount: recount.Options{
@@ -512,22 +578,35 @@ func (j *Job) Run(ctx context.Context) error {
 	d := newDriver(j, src)
 	derr := d.run(ctx, runCtx)
 	if derr != nil {
-		cancel()
+		cancel(derr)
 	}
+	// On success the subtasks are writing their last output (mEnd); on a
+	// failure they end with the graph's context.
 	wg.Wait()
-	close(errc)
-	for err := range errc {
-		if derr == nil && !errors.Is(err, context.Canceled) {
-			derr = err
-		}
+	endWatch()
+	if err := context.Cause(runCtx); err != nil {
+		// The first failure, not a later cancellation (a subtask's error
+		// ends the driver with a cancellation; the stop watcher's timeout
+		// ends everything).
+		derr = err
 	}
 	j.mu.Lock()
 	j.status.Done = true
+	j.status.Ready = false
 	j.mu.Unlock()
+	if derr != nil {
+		j.log.Error("job failed", "err", derr)
+	}
 	return derr
 }
 
+// stopTimeout bounds a stop: the final checkpoint's timeout and a margin.
+func (j *Job) stopTimeout() time.Duration {
+	return time.Duration(j.cfg.CheckpointTimeoutMs)*time.Millisecond + 5*time.Second
+}
+
 func (j *Job) setReady(v bool) {
+	j.beat()
 	j.mu.Lock()
 	j.status.Ready = v
 	j.mu.Unlock()

@@ -108,16 +108,23 @@ type preSub struct {
 	freeParts chan []preagg.Partial
 }
 
+// run handles messages until the end of the graph (mEnd) or until ctx, the
+// graph's context, ends: a subtask never outlives a failed graph.
 func (s *preSub) run(ctx context.Context) error {
-	for msg := range s.in {
+	for {
+		var msg toPre
+		select {
+		case msg = <-s.in:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 		if err := s.handle(ctx, msg); err != nil {
-			return err
+			return fmt.Errorf("runtime: pre-aggregator %d: %w", s.idx, err)
 		}
 		if msg.kind == mEnd {
 			return nil
 		}
 	}
-	return nil
 }
 
 func (s *preSub) handle(ctx context.Context, msg toPre) error {
@@ -221,7 +228,7 @@ func (s *preSub) handle(ctx context.Context, msg toPre) error {
 		select {
 		case <-msg.barrier.resume:
 		case <-ctx.Done():
-			return ctx.Err()
+			return context.Cause(ctx)
 		}
 	case mRewrite:
 		return s.broadcast(ctx, toWin{kind: mRewrite, procMs: msg.procMs})
@@ -313,7 +320,7 @@ func send[T any](ctx context.Context, ch chan<- T, m T) error {
 	case ch <- m:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return context.Cause(ctx)
 	}
 }
 
@@ -351,17 +358,24 @@ type winSub struct {
 	log       *slog.Logger
 }
 
+// run handles messages until every input has ended (mEnd) or until ctx,
+// the graph's context, ends.
 func (w *winSub) run(ctx context.Context) error {
-	for msg := range w.in {
+	for {
+		var msg toWin
+		select {
+		case msg = <-w.in:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 		done, err := w.handle(ctx, msg)
 		if err != nil {
-			return err
+			return fmt.Errorf("runtime: window subtask %d: %w", w.idx, err)
 		}
 		if done {
 			return nil
 		}
 	}
-	return nil
 }
 
 func (w *winSub) handle(ctx context.Context, msg toWin) (bool, error) {
@@ -433,7 +447,7 @@ func (w *winSub) handle(ctx context.Context, msg toWin) (bool, error) {
 		select {
 		case <-msg.barrier.resume:
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return false, context.Cause(ctx)
 		}
 	case mRewrite:
 		// One message per input arrives; rewriting once is enough.

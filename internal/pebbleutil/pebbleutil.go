@@ -4,15 +4,40 @@
 package pebbleutil
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // Logger drops Pebble's informational logs and sends its errors to slog,
-// prefixed; Fatalf still stops the process, as Pebble requires.
+// prefixed; Fatalf still stops the process, as Pebble requires, through
+// Fatal.
 type Logger struct{ Prefix string }
+
+// Fatal ends the process after a fatal Pebble error (a failed commit to the
+// write-ahead log, for example on a full disk): Pebble cannot go on, and
+// must not be returned to. msg is the whole message; err is the error among
+// Pebble's arguments, if any. The default prints one line — with what to do
+// when the disk is full — and exits with status 1: a clean error exit that
+// a supervisor restarts, and that a restart repairs like any crash (the
+// state is restored from the last checkpoint). Tests replace it.
+var Fatal = func(msg string, err error) {
+	fmt.Fprintln(os.Stderr, "adclick: fatal:", FatalMessage(msg, err))
+	os.Exit(1)
+}
+
+// FatalMessage returns msg with advice for the errors an operator can act
+// on.
+func FatalMessage(msg string, err error) string {
+	if errors.Is(err, syscall.ENOSPC) {
+		return msg + " (the disk under --data is full: free space there and start again; the job resumes from its last checkpoint)"
+	}
+	return msg
+}
 
 // Infof implements pebble.Logger.
 func (Logger) Infof(string, ...any) {}
@@ -22,9 +47,19 @@ func (l Logger) Errorf(format string, args ...any) {
 	slog.Error(l.Prefix + ": pebble: " + fmt.Sprintf(format, args...))
 }
 
-// Fatalf implements pebble.Logger.
+// Fatalf implements pebble.Logger: it calls Fatal, which does not return.
 func (l Logger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(l.Prefix+": pebble fatal: "+format, args...))
+	var err error
+	for _, a := range args {
+		if e, ok := a.(error); ok {
+			err = e
+			break
+		}
+	}
+	msg := fmt.Sprintf(l.Prefix+": pebble fatal: "+format, args...)
+	slog.Error(msg)
+	Fatal(msg, err)
+	panic(msg) // Fatal must not return; if a replacement does, stop here
 }
 
 // Gate lets operations run until Close, and lets Close wait for the

@@ -2,6 +2,9 @@ package pebbleutil
 
 import (
 	"errors"
+	"os"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -29,5 +32,35 @@ func TestGateCloseWaitsAndRefuses(t *testing.T) {
 	}
 	if err := g.Close(); !errors.Is(err, errClosed) {
 		t.Fatalf("second Close: got %v, want %v", err, errClosed)
+	}
+}
+
+// TestFatalfIsACleanExit: a fatal Pebble error (a full disk fails the
+// write-ahead log's commit) goes to Fatal with the error and advice, not to
+// a panic and a goroutine dump. Before, Fatalf panicked.
+func TestFatalfIsACleanExit(t *testing.T) {
+	old := Fatal
+	defer func() { Fatal = old }()
+	var gotMsg string
+	var gotErr error
+	type exited struct{}
+	Fatal = func(msg string, err error) {
+		gotMsg, gotErr = msg, err
+		panic(exited{}) // stands in for os.Exit
+	}
+	enospc := &os.PathError{Op: "write", Path: "wal/000001.log", Err: syscall.ENOSPC}
+	func() {
+		defer func() {
+			if r := recover(); r != (exited{}) {
+				t.Fatalf("Fatalf ended with %v, want a call of Fatal", r)
+			}
+		}()
+		Logger{Prefix: "state"}.Fatalf("pebble: fatal commit error: %v", enospc)
+	}()
+	if !errors.Is(gotErr, syscall.ENOSPC) || !strings.Contains(gotMsg, "fatal commit error") {
+		t.Fatalf("Fatal got %q, %v; want the message and the ENOSPC error", gotMsg, gotErr)
+	}
+	if m := FatalMessage(gotMsg, gotErr); !strings.Contains(m, "disk under --data is full") {
+		t.Fatalf("FatalMessage = %q, want advice for a full disk", m)
 	}
 }
