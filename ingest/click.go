@@ -47,6 +47,11 @@ type Click struct {
 	// Shard is the id of the shard the click was read from: the "shard"
 	// field of a file line, or set by the Kinesis reader after Decode.
 	Shard string
+	// Seq is the record's position in its source, for the exceptions log
+	// and the recount's tie-break: "<sequence>/<sub-sequence>" for Kinesis,
+	// the line's byte offset (20 digits, so positions sort as strings) for a
+	// file, the click's index for the generator. The reader sets it.
+	Seq string
 	// HasArrival reports that the decoded JSON carried arrival_ms (the file
 	// source).
 	HasArrival bool

@@ -89,7 +89,7 @@ func TestGenericReaderPathAgrees(t *testing.T) {
 		}
 		out := make([]plainRow, len(rows))
 		for i, r := range rows {
-			out[i] = plainRow{r.Epoch, r.EventHourMs, r.Raw, r.Seq, r.Shard, r.SpendMicros, r.ArrivalMs, r.EventMs, r.DeviceMs,
+			out[i] = plainRow{r.Epoch, r.EventHourMs, string(r.Raw), r.Seq, r.Shard, r.SpendMicros, r.ArrivalMs, r.EventMs, r.DeviceMs,
 				r.ImpressionMs, r.DeviceID, r.CampaignID, r.AdID, r.ClickID, r.Verdict}
 		}
 		var buf bytes.Buffer

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/adclick/adclick/latepath"
 )
 
 // TestDuckDBReadsLake opens lake objects with DuckDB (installed from the npm
@@ -106,4 +108,43 @@ func hoursOf(t *testing.T, st Store) []int64 {
 		t.Fatal(err)
 	}
 	return hs
+}
+
+// TestDuckDBReadsNonUTF8Raw: the raw payload of an invalid record is kept
+// as bytes, so a payload that is not UTF-8 does not make DuckDB refuse the
+// lake object (it did while raw was a STRING column).
+func TestDuckDBReadsNonUTF8Raw(t *testing.T) {
+	script, err := filepath.Abs(filepath.Join("..", "scripts", "duckdb", "read-parquet.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	st, err := NewFolder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := []latepath.Record{
+		rec("counted", "c1", "ad_1", h10+1000, h10+1500, h10+2000, 123),
+		rec("invalid:malformed_json", "", "", 0, 0, h10+3000, 0),
+	}
+	rs[1].Raw = "{\"click_id\":\"\xff\xfe"
+	writeLake(t, st, 7, rs...)
+	out, err := exec.Command("node", script, filepath.Join(dir, filepath.FromSlash(ObjectKey(h10, "preagg-0", 7)))).Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("duckdb refused the object: %v\n%s", err, stderr)
+	}
+	var got struct {
+		Rows     int64 `json:"rows"`
+		RawBytes int64 `json:"raw_bytes"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("duckdb output %s: %v", out, err)
+	}
+	if got.Rows != 2 || got.RawBytes != int64(len(rs[1].Raw)) {
+		t.Fatalf("duckdb reads %d rows and %d raw bytes, want 2 and %d", got.Rows, got.RawBytes, len(rs[1].Raw))
+	}
 }

@@ -36,13 +36,13 @@ type Row struct {
 	SpendMicros  int64  `parquet:"spend_micros"`     // millionths of the currency unit
 	Shard        string `parquet:"shard,dict"`       // source shard
 	Seq          string `parquet:"seq"`              // source position ("" when the source has none)
-	Raw          string `parquet:"raw"`              // payload of an undecodable click, at most latepath.MaxRaw bytes
+	Raw          []byte `parquet:"raw"`              // payload of an invalid record as read, at most latepath.MaxRaw bytes (bytes, not UTF-8 text)
 	EventHourMs  int64  `parquet:"event_hour_ms"`    // the partition's hour start, Unix ms
 	Epoch        int64  `parquet:"epoch"`            // checkpoint epoch of the record
 }
 
 // SchemaDoc documents the lake's Parquet schema, one column a line.
-const SchemaDoc = `verdict        BYTE_ARRAY (STRING, dictionary)  counted | late | duplicate | beyond_horizon | invalid:<reason>
+const SchemaDoc = `verdict        BYTE_ARRAY (STRING, dictionary)  counted | late | duplicate | beyond_horizon | guard_expired | invalid:<reason>
 click_id       BYTE_ARRAY (STRING)
 ad_id          BYTE_ARRAY (STRING, dictionary)
 campaign_id    BYTE_ARRAY (STRING, dictionary)
@@ -54,10 +54,19 @@ arrival_ms     INT64   Unix ms
 spend_micros   INT64
 shard          BYTE_ARRAY (STRING, dictionary)
 seq            BYTE_ARRAY (STRING)  source position, "" if none
-raw            BYTE_ARRAY (STRING)  payload of an undecodable click, else ""
+raw            BYTE_ARRAY           payload of an invalid record as read (bytes: it need not be UTF-8), at most 1,024 bytes; else empty
 event_hour_ms  INT64   Unix ms, start of the partition's hour
 epoch          INT64   checkpoint epoch
 All columns are required (not null). Partitions: hour=YYYY-MM-DDTHH (UTC).`
+
+// rawBytes returns the raw payload as bytes (nil when empty, so that valid
+// rows cost nothing).
+func rawBytes(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
+}
 
 // FromRecord returns the row of r in epoch.
 func FromRecord(r *latepath.Record, epoch int64) Row {
@@ -67,14 +76,14 @@ func FromRecord(r *latepath.Record, epoch int64) Row {
 	}
 	return Row{Verdict: r.Verdict, ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, DeviceID: r.DeviceID,
 		ImpressionMs: r.ImpressionMs, DeviceMs: r.DeviceMs, EventMs: r.EventMs, ArrivalMs: r.ArrivalMs,
-		SpendMicros: r.SpendMicros, Shard: r.Shard, Seq: r.Seq, Raw: raw, EventHourMs: PartitionHour(r), Epoch: epoch}
+		SpendMicros: r.SpendMicros, Shard: r.Shard, Seq: r.Seq, Raw: rawBytes(raw), EventHourMs: PartitionHour(r), Epoch: epoch}
 }
 
 // Record returns the row as a latepath.Record.
 func (r *Row) Record() latepath.Record {
 	return latepath.Record{Verdict: r.Verdict, ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, DeviceID: r.DeviceID,
 		ImpressionMs: r.ImpressionMs, DeviceMs: r.DeviceMs, EventMs: r.EventMs, ArrivalMs: r.ArrivalMs,
-		SpendMicros: r.SpendMicros, Shard: r.Shard, Seq: r.Seq, Raw: r.Raw}
+		SpendMicros: r.SpendMicros, Shard: r.Shard, Seq: r.Seq, Raw: string(r.Raw)}
 }
 
 // maxHourMs is the start of the last hour of year 9999, the last a
@@ -226,7 +235,7 @@ func (w *Writer) Add(r *latepath.Record) {
 	}
 	w.rows = append(w.rows, Row{Verdict: r.Verdict, ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, DeviceID: r.DeviceID,
 		ImpressionMs: r.ImpressionMs, DeviceMs: r.DeviceMs, EventMs: r.EventMs, ArrivalMs: r.ArrivalMs,
-		SpendMicros: r.SpendMicros, Shard: r.Shard, Seq: r.Seq, Raw: raw, EventHourMs: PartitionHour(r)})
+		SpendMicros: r.SpendMicros, Shard: r.Shard, Seq: r.Seq, Raw: rawBytes(raw), EventHourMs: PartitionHour(r)})
 }
 
 // Buffered returns the number of records added since the last Flush.

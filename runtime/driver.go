@@ -179,6 +179,7 @@ func (d *driver) consume(ctx context.Context, r record, virtual bool) error {
 	if r.shard != "" {
 		c.Shard = r.shard
 	}
+	c.Seq = r.seq
 	if reason == "" {
 		if r.arrivalMs != 0 {
 			reason = c.Finish(r.arrivalMs)
@@ -211,9 +212,10 @@ func (d *driver) consume(ctx context.Context, r record, virtual bool) error {
 		if rec.ArrivalMs == 0 {
 			rec.ArrivalMs = r.arrivalMs
 		}
-		if r.bad != "" || reason == ingest.ReasonMalformedJSON || reason == ingest.ReasonNotObject {
-			rec.Raw = string(r.line)
-		}
+		// The payload as read, for every invalid record: a line that
+		// parses but fails validation ("spend_micros":"100") keeps what it
+		// said, not the zero it was decoded to. At most MaxRaw bytes.
+		rec.Raw = string(r.line[:min(len(r.line), latepath.MaxRaw)])
 		d.lake.Add(rec)
 		return d.lake.Spill(ctx, d.lakeEpoch)
 	}

@@ -249,7 +249,7 @@ func (s *preSub) logClick(c *ingest.Click, verdict string) error {
 	r := &s.rec
 	*r = latepath.Record{Verdict: verdict, ClickID: c.ClickID, AdID: c.AdID, CampaignID: c.CampaignID, DeviceID: c.DeviceID,
 		ImpressionMs: c.ImpressionMs, DeviceMs: c.DeviceMs, EventMs: c.EventMs, ArrivalMs: c.ArrivalMs,
-		SpendMicros: c.SpendMicros, Shard: c.Shard}
+		SpendMicros: c.SpendMicros, Shard: c.Shard, Seq: c.Seq}
 	s.lake.Add(r)
 	return nil
 }

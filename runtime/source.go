@@ -49,11 +49,23 @@ type fileSource struct {
 }
 
 func (f *fileSource) next(context.Context, time.Duration) (record, bool, error) {
+	at := f.fs.Offset()
 	l, tr, err := f.fs.Next()
 	if err != nil {
 		return record{}, false, err
 	}
-	return record{line: l, truncated: tr}, true, nil
+	return record{line: l, truncated: tr, seq: padPos(at)}, true, nil
+}
+
+// padPos formats a file offset or generator index as a position that
+// sorts as a string: 20 digits, zero-padded.
+func padPos(n int64) string {
+	var b [20]byte
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return string(b[:])
 }
 func (f *fileSource) routed() { f.done = f.fs.Offset() }
 func (f *fileSource) positions() map[string]string {
@@ -96,7 +108,7 @@ func (s *genSource) next(ctx context.Context, wait time.Duration) (record, bool,
 		}
 	}
 	s.have = false
-	return record{line: s.line}, true, nil
+	return record{line: s.line, seq: padPos(s.routedN)}, true, nil
 }
 func (s *genSource) routed() { s.routedN++ }
 func (s *genSource) positions() map[string]string {

@@ -1,6 +1,8 @@
 // Prints the schema and row count of Parquet files as DuckDB reads them, as
 // one JSON object: {"columns":[{"name","type","nullable"}],"rows":N,
-// "spend":S,"ids":D} (S = sum of spend_micros, D = distinct click ids).
+// "spend":S,"ids":D,"raw_bytes":R} (S = sum of spend_micros, D = distinct
+// click ids, R = bytes in the raw column: reading it checks that DuckDB
+// accepts every raw payload).
 // Usage: node read-parquet.mjs FILE...
 import { DuckDBInstance } from '@duckdb/node-api';
 
@@ -19,6 +21,6 @@ for (const r of schema.getRowObjectsJson()) {
   if (!seen.has(r.name)) seen.set(r.name, { name: r.name, type: r.type, nullable: r.repetition_type !== 'REQUIRED' });
 }
 const counts = await con.runAndReadAll(
-  `SELECT count(*)::BIGINT AS n, coalesce(sum(spend_micros), 0)::BIGINT AS spend, count(DISTINCT click_id)::BIGINT AS ids FROM read_parquet(${list})`);
+  `SELECT count(*)::BIGINT AS n, coalesce(sum(spend_micros), 0)::BIGINT AS spend, count(DISTINCT click_id)::BIGINT AS ids, coalesce(sum(octet_length(raw)), 0)::BIGINT AS raw_bytes FROM read_parquet(${list})`);
 const c = counts.getRowObjectsJson()[0];
-console.log(JSON.stringify({ columns: [...seen.values()], rows: Number(c.n), spend: Number(c.spend), ids: Number(c.ids) }));
+console.log(JSON.stringify({ columns: [...seen.values()], rows: Number(c.n), spend: Number(c.spend), ids: Number(c.ids), raw_bytes: Number(c.raw_bytes) }));
