@@ -67,3 +67,37 @@ func TestSecondProcessRefused(t *testing.T) {
 	// The lock went with the process: the directory restores.
 	runStderr(t, 0, append([]string{"run", "--source", "gen", "--data", data, "--exit-after-restore"}, runFlags...)...)
 }
+
+// TestGenStopsOnSignal: `gen` honours SIGTERM (it used to ignore it): a
+// generation of many clicks stops promptly, non-zero, after flushing what
+// it wrote.
+func TestGenStopsOnSignal(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "big.jsonl")
+	cmd := exec.Command(binPath, "gen", "--out", out, "--clicks", "500000000")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if fi, err := os.Stat(out); err == nil && fi.Size() > 1<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gen wrote nothing\n%s", errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(errb.String(), "interrupted after") {
+			t.Fatalf("gen after SIGTERM: %v, stderr %q; want a non-zero exit saying it was interrupted", err, errb.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("gen did not stop within 10 s of SIGTERM")
+	}
+}

@@ -303,7 +303,7 @@ func checkLakeHoldsEachLineOnce(t *testing.T, store recount.Store, ref finalRef)
 			if p := recount.HourPrefix(r.EventHourMs); !strings.HasPrefix(o.key, p) {
 				t.Errorf("%s: a row of hour %s", o.key, p)
 			}
-			id := r.ClickID + "|" + strconv.FormatInt(r.ArrivalMs, 10) + "|" + r.Raw
+			id := r.ClickID + "|" + strconv.FormatInt(r.ArrivalMs, 10) + "|" + string(r.Raw)
 			if prev, dup := seen[id]; dup {
 				t.Errorf("line %q is in the lake twice: %s and %s", id, prev, o.key)
 			}

@@ -15,7 +15,7 @@ click fields plus "shard" and "arrival_ms"), in arrival order, with late,
 out-of-order, duplicate, invalid and clock-skewed clicks. The same flags give
 the same file.`
 
-func cmdGen(args []string, stdout, stderr io.Writer) error {
+func cmdGen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("gen", genSummary, stderr)
 	o := ingest.GenOptions{Clicks: 100_000}
 	out := fs.String("out", "-", "output file (- = standard output)")
@@ -35,9 +35,9 @@ func cmdGen(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		g := ingest.NewGen(o)
-		n, err := putLines(context.Background(), stream, *aggregate, func(fn func([]byte) error) error {
+		n, err := putLines(ctx, stream, *aggregate, func(fn func([]byte) error) error {
 			var buf []byte
-			for {
+			for ctx.Err() == nil {
 				line, _, ok := g.Next(buf[:0])
 				if !ok {
 					return nil
@@ -47,6 +47,7 @@ func cmdGen(args []string, stdout, stderr io.Writer) error {
 					return err
 				}
 			}
+			return ctx.Err()
 		})
 		if err != nil {
 			return err
@@ -66,7 +67,15 @@ func cmdGen(args []string, stdout, stderr io.Writer) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	g := ingest.NewGen(o)
 	var buf []byte
-	for {
+	for n := 0; ; n++ {
+		// Ctrl-C and SIGTERM stop a long generation (what was written is
+		// flushed, and the command says it was interrupted).
+		if n%4096 == 0 && ctx.Err() != nil {
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+			return fmt.Errorf("interrupted after %d clicks: %w", n, ctx.Err())
+		}
 		line, _, ok := g.Next(buf[:0])
 		if !ok {
 			break

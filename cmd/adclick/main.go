@@ -55,12 +55,24 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first Ctrl-C or SIGTERM stops cleanly (a final checkpoint); after
+	// it, the signals' default action is back, so a second one ends the
+	// process at once.
+	returned := make(chan struct{})
+	defer close(returned)
+	go func() {
+		select {
+		case <-ctx.Done():
+			stop()
+		case <-returned:
+		}
+	}()
 	var err error
 	switch args[0] {
 	case "run":
 		err = cmdRun(ctx, args[1:], stdout, stderr)
 	case "gen":
-		err = cmdGen(args[1:], stdout, stderr)
+		err = cmdGen(ctx, args[1:], stdout, stderr)
 	case "rows":
 		err = cmdRows(ctx, args[1:], stdout, stderr)
 	case "setup":
