@@ -19,6 +19,10 @@
 //	POST /v1/sweeps {gen, since, high}  second sweep after blue/green           (operator)
 //	POST /v1/stop {savepoint}           stop with a final checkpoint/savepoint  (operator)
 //
+// {ad} is any id ingest accepts as a click's ad_id (1 to 256 bytes of valid
+// UTF-8, any characters), percent-encoded as one path segment: "ad 7/b" is
+// /v1/ads/ad%207%2Fb/... .
+//
 // Times are accepted as RFC 3339 (2026-11-29T10:14:05Z), as a minute
 // (2026-11-29T10:14Z) or as an hour (2026-11-29T10Z), optionally with the
 // table's bucket prefix M or H; all are UTC unless an RFC 3339 offset says
@@ -36,6 +40,14 @@
 // bad_ad, range_too_large, unknown_ad, bad_request, unauthorized,
 // body_too_large, ...). Request bodies are limited to MaxBodyBytes and every
 // answer is bounded (MaxMinutes, MaxPageLimit, MaxTopAds).
+//
+// Serve a Server with the http.Server of HTTPServer on the listener of
+// Listener: the server has header, read, write and idle timeouts, a cap on
+// header size and a rate-limited error log; the listener caps the open
+// connections (Options.MaxConnections, default 256), making room by
+// closing the longest-idle keep-alive connection and refusing new ones
+// when none is idle, so that clients which connect and linger cannot use
+// up the descriptors the job's stores need.
 //
 // A Server samples the job's status once a second for the chart, in a
 // goroutine that Close stops.

@@ -14,6 +14,11 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+
+	connsOpen       prometheus.Gauge   // connections held by Listener's listener
+	connsRefused    prometheus.Counter // accepted and closed at once: cap reached, none idle
+	connsIdleClosed prometheus.Counter // idle keep-alive connections closed to make room
+	serverErrors    prometheus.Counter // lines the http.Server wrote to its ErrorLog
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -27,6 +32,22 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Help:    "HTTP API request latency, by route pattern.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 		}, []string{"route"}),
+		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "adclick_http_connections_open",
+			Help: "HTTP API connections open (accepted and not yet closed), at most Options.MaxConnections.",
+		}),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "adclick_http_connections_refused_total",
+			Help: "HTTP API connections closed as soon as accepted: the connection cap was reached and no open connection was idle.",
+		}),
+		connsIdleClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "adclick_http_connections_idle_closed_total",
+			Help: "Idle keep-alive HTTP API connections closed to make room for a new one at the connection cap.",
+		}),
+		serverErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "adclick_http_server_errors_total",
+			Help: "Errors the HTTP server logged (accept errors, bad requests, handler panics), including those the log's rate limit dropped.",
+		}),
 	}
 	// Every route's success series exists from the start, at zero.
 	for _, rt := range allRoutes {
@@ -34,7 +55,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		m.requests.WithLabelValues(rt, "200")
 	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.duration} {
+		for _, c := range []prometheus.Collector{m.requests, m.duration, m.connsOpen, m.connsRefused, m.connsIdleClosed, m.serverErrors} {
 			if err := r.Register(c); err != nil {
 				return nil, fmt.Errorf("api: register metrics: %w", err)
 			}

@@ -10,11 +10,10 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/sink"
 )
@@ -100,7 +99,8 @@ type HourPage struct {
 	NextCursor string    `json:"next_cursor,omitempty"`
 }
 
-// adParam returns the {ad} path parameter, unescaped and checked.
+// adParam returns the {ad} path parameter, unescaped and checked with
+// checkAd.
 func adParam(r *http.Request) (string, *apiError) {
 	ad := chi.URLParam(r, "ad")
 	if r.URL.RawPath != "" {
@@ -110,20 +110,31 @@ func adParam(r *http.Request) (string, *apiError) {
 		}
 		ad = u
 	}
-	switch {
-	case ad == "":
-		return "", errorf(http.StatusBadRequest, codeBadAd, "empty ad id")
-	case len(ad) > MaxAdBytes:
-		return "", errorf(http.StatusBadRequest, codeBadAd, "ad id is %d bytes, longer than %d", len(ad), MaxAdBytes)
-	case !utf8.ValidString(ad):
-		return "", errorf(http.StatusBadRequest, codeBadAd, "ad id is not valid UTF-8")
-	}
-	for _, c := range ad {
-		if unicode.IsControl(c) {
-			return "", errorf(http.StatusBadRequest, codeBadAd, "ad id contains a control character")
-		}
+	if e := checkAd(ad); e != nil {
+		return "", e
 	}
 	return ad, nil
+}
+
+// checkAd accepts exactly the ad ids that ingest accepts as a click's ad_id
+// (ingest.Decode and Click.Validate): 1 to ingest.MaxIDBytes bytes of valid
+// UTF-8, any characters, control characters included. A row can exist
+// under every such id, so the API must be able to name it; an id outside
+// the rule can have no row, and is bad input (400 bad_ad).
+// TestAdIDRuleMatchesIngest compares the two rules.
+// checkAd applies ingest's rule for ad ids (ingest.CheckID): the API
+// serves every id the job can have counted.
+func checkAd(ad string) *apiError {
+	switch ingest.CheckID("ad_id", ad) {
+	case "":
+		return nil
+	case ingest.MissingField("ad_id"):
+		return errorf(http.StatusBadRequest, codeBadAd, "empty ad id")
+	case ingest.IDTooLong("ad_id"):
+		return errorf(http.StatusBadRequest, codeBadAd, "ad id is %d bytes, longer than %d", len(ad), MaxAdBytes)
+	default:
+		return errorf(http.StatusBadRequest, codeBadAd, "ad id is not valid UTF-8")
+	}
 }
 
 func hourParam(r *http.Request) (int64, *apiError) {

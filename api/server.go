@@ -17,6 +17,7 @@ import (
 
 	"github.com/adclick/adclick/clock"
 	"github.com/adclick/adclick/flush"
+	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/runtime"
 	"github.com/adclick/adclick/sink"
 )
@@ -65,8 +66,9 @@ const (
 	DefaultPageLimit = 100
 	// MaxBodyBytes is the largest request body accepted.
 	MaxBodyBytes = 4 << 10
-	// MaxAdBytes is the longest ad id accepted.
-	MaxAdBytes = 256
+	// MaxAdBytes is the longest ad id accepted, in bytes of UTF-8: the
+	// longest ad_id ingest accepts.
+	MaxAdBytes = ingest.MaxIDBytes
 	// MaxTopAds is the most ads GET /v1/top-ads returns.
 	MaxTopAds = 100
 )
@@ -110,6 +112,37 @@ type Options struct {
 	TopKeys int
 	// TopCacheFor is how long a top-ads answer is reused (default 2 s).
 	TopCacheFor time.Duration
+
+	// The limits of the http.Server built by HTTPServer and the listener
+	// wrapped by Listener. Each bounds what idle, slow or many clients can
+	// make the process hold: descriptors above all, which the job's own
+	// stores (Pebble) need too.
+
+	// ReadHeaderTimeout bounds the reading of a request's headers, and how
+	// long a new connection may stay silent (default 5 s; it cannot be
+	// turned off: negative also means the default).
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds the reading of a whole request, body included
+	// (default 10 s; negative = none).
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from the end of its headers to the end
+	// of its answer (default 60 s; negative = none). The read endpoints
+	// run under a context deadline a little shorter (see readBudget), so a
+	// store read that runs out of time answers 504 timeout instead of
+	// losing the connection; the operator endpoints get OperatorTimeout on
+	// top of it.
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a keep-alive connection may wait for its next
+	// request before the server closes it (default 30 s; negative = no
+	// limit).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps a request's headers, in bytes (default 32 KiB;
+	// larger requests get 431).
+	MaxHeaderBytes int
+	// MaxConnections caps the connections the listener from Listener keeps
+	// open at once (default DefaultMaxConnections; negative = no cap). See
+	// Listener for what happens beyond it.
+	MaxConnections int
 }
 
 // EnsureDefaults fills in the defaults of unset fields.
@@ -134,6 +167,26 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.TopCacheFor == 0 {
 		o.TopCacheFor = 2 * time.Second
+	}
+	defaultDuration(&o.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	defaultDuration(&o.ReadTimeout, DefaultReadTimeout)
+	defaultDuration(&o.WriteTimeout, DefaultWriteTimeout)
+	defaultDuration(&o.IdleTimeout, DefaultIdleTimeout)
+	if o.ReadHeaderTimeout < 0 {
+		o.ReadHeaderTimeout = DefaultReadHeaderTimeout // never none: it is what closes silent connections
+	}
+	if o.MaxHeaderBytes <= 0 {
+		o.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
+}
+
+// defaultDuration sets *d to def when it is 0.
+func defaultDuration(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
 	}
 }
 
@@ -174,6 +227,10 @@ type Server struct {
 	top     topCache
 	opsOpen bool // operator endpoints need no token (loopback, no token)
 
+	conns   *connLimit
+	errLog  *rateLog // the http.Server's ErrorLog
+	connLog *rateLog // refused connections
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
@@ -195,6 +252,9 @@ func New(job Job, opts Options) (*Server, error) {
 	}
 	s := &Server{job: job, opts: opts, m: m, hist: newHistory(opts.HistorySize),
 		opsOpen: opts.AdminToken == ""}
+	s.conns = newConnLimit(opts.MaxConnections, m)
+	s.errLog = newRateLog(opts.Logger, opts.Clock, "http server error", m.serverErrors)
+	s.connLog = newRateLog(opts.Logger, opts.Clock, "http connection refused: connection cap reached, no connection idle", nil)
 	s.h = s.routes()
 	s.sample()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -272,7 +332,7 @@ func (s *Server) routes() http.Handler {
 	}
 	r.Get(routeOpenAPI, serveOpenAPI)
 	r.Group(func(r chi.Router) {
-		r.Use(s.requireRead)
+		r.Use(s.readDeadline, s.requireRead)
 		r.Get(routeMinutes, s.minutes)
 		r.Get(routeAdHour, s.adHour)
 		r.Get(routeHour, s.hour)
@@ -281,7 +341,7 @@ func (s *Server) routes() http.Handler {
 		r.Get(routeTop, s.topAds)
 	})
 	r.Group(func(r chi.Router) {
-		r.Use(s.requireAdmin)
+		r.Use(s.operatorDeadline, s.requireAdmin)
 		r.Post(routeSavepoint, s.savepoint)
 		r.Post(routeSweep, s.sweep)
 		r.Post(routeStop, s.stop)

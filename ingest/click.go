@@ -194,6 +194,23 @@ func AllReasons() []Reason {
 		ReasonImpressionAfterArrival)
 }
 
+// CheckID returns "" if s is a value Decode accepts for the required id
+// field name (click_id, ad_id, campaign_id or device_id), or the reason it
+// would give: valid UTF-8, 1 to MaxIDBytes bytes, anything else allowed
+// (control characters included). The HTTP API applies the same rule to the
+// ad ids it is asked for, so that it serves every id the job counted.
+func CheckID(name, s string) Reason {
+	switch {
+	case !utf8.ValidString(s):
+		return BadUTF8(name)
+	case len(s) > MaxIDBytes:
+		return IDTooLong(name)
+	case s == "":
+		return MissingField(name)
+	}
+	return ""
+}
+
 // Validate checks the fields of a click built in code (the generator source,
 // tests) the way Decode checks decoded JSON: the ids (and Shard, if set) are
 // valid UTF-8 and at most MaxIDBytes long, the required ids are non-empty,

@@ -14,7 +14,9 @@ import (
 
 const rowsSummary = `Prints the ad_metrics rows as JSON Lines, sorted by (entity, bucket), with
 every attribute each row carries: from the embedded store under --data (the
-job must not be running on it), or from DynamoDB with --sink dynamodb:TABLE.`
+job must not be running on it), or from DynamoDB with --sink dynamodb:TABLE.
+Every line is a JSON object; strings are escaped as encoding/json does (a
+byte that is not UTF-8 becomes U+FFFD), so any JSON reader can load them.`
 
 func cmdRows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("rows", rowsSummary, stderr)

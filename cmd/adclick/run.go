@@ -69,6 +69,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the HTTP API (empty = no HTTP server)")
 	adminToken := fs.String("admin-token", "", "bearer token of the operator endpoints (savepoints, sweeps, stop); required unless --listen is a loopback address")
 	readToken := fs.String("read-token", "", "if set, the read endpoints need this bearer token (or the admin token)")
+	maxConns := fs.Int("max-connections", api.DefaultMaxConnections, "most HTTP API connections open at once: at the cap a new connection replaces the longest-idle keep-alive one, or is closed at once when none is idle (negative = no cap)")
 	fs.IntVar(&cfg.Parallelism, "parallelism", 0, "pre-aggregator and window subtasks (default: number of CPUs, at most 128)")
 	lakeURL := fs.String("lake", "", "keep the lake (every click with its verdict, Parquet) in s3://BUCKET/PREFIX instead of under --data/lake")
 	fs.BoolVar(&cfg.Recount, "recount", false, "finalise hours in the background as they become ready (final_* rows from the lake)")
@@ -106,7 +107,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	cfg.AllowanceMs = allowance
 	if err := refuseZero(fs, "watermark-interval-ms", "idle-ms", "window-ms", "horizon-ms", "guard-ms",
-		"preagg-flush-ms", "early-firing-ms", "checkpoint-interval-ms", "checkpoint-timeout-ms", "checkpoints-kept", "job-gen"); err != nil {
+		"preagg-flush-ms", "early-firing-ms", "checkpoint-interval-ms", "checkpoint-timeout-ms", "checkpoints-kept", "job-gen", "max-connections"); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)
@@ -193,14 +194,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("listen on %s: %w", *listen, err)
 		}
 		h, err := api.New(job, api.Options{Addr: ln.Addr().String(), AdminToken: *adminToken, ReadToken: *readToken,
-			Registerer: reg, Gatherer: reg, Logger: log})
+			Registerer: reg, Gatherer: reg, Logger: log, MaxConnections: *maxConns})
 		if err != nil {
 			ln.Close()
 			return err
 		}
 		defer h.Close()
-		srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-		go srv.Serve(ln)
+		srv = h.HTTPServer()
+		go srv.Serve(h.Listener(ln))
 		log.Info("http api", "addr", ln.Addr().String())
 		// Shut down gracefully: the answer to POST /v1/stop must reach the
 		// caller before the process exits.
