@@ -53,6 +53,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	raiseFileLimit()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// The first Ctrl-C or SIGTERM stops cleanly (a final checkpoint); after
@@ -182,4 +183,15 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// raiseFileLimit lifts the soft limit on open descriptors to the hard one:
+// Pebble keeps a descriptor per table, and the HTTP API's connections
+// must not be what runs them out (the API also caps its connections).
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
 }

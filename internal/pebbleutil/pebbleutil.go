@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Logger drops Pebble's informational logs and sends its errors to slog,
@@ -42,9 +43,52 @@ func FatalMessage(msg string, err error) string {
 // Infof implements pebble.Logger.
 func (Logger) Infof(string, ...any) {}
 
-// Errorf implements pebble.Logger.
+// Errorf implements pebble.Logger. A failure that repeats (a background
+// compaction retrying while descriptors are exhausted) is logged at most
+// errorBurst times per errorWindow, process-wide; the next line that passes
+// says how many were dropped.
 func (l Logger) Errorf(format string, args ...any) {
-	slog.Error(l.Prefix + ": pebble: " + fmt.Sprintf(format, args...))
+	if n, ok := errorLimit.allow(time.Now()); ok {
+		msg := l.Prefix + ": pebble: " + fmt.Sprintf(format, args...)
+		if n > 0 {
+			slog.Error(msg, "dropped_since_last", n)
+			return
+		}
+		slog.Error(msg)
+	}
+}
+
+const (
+	errorBurst  = 10
+	errorWindow = 10 * time.Second
+)
+
+var errorLimit limiter
+
+// limiter passes at most errorBurst events per errorWindow and counts the
+// ones it drops.
+type limiter struct {
+	mu      sync.Mutex
+	start   time.Time
+	n       int
+	dropped int
+}
+
+// allow reports whether an event at now passes, and how many were dropped
+// before it.
+func (l *limiter) allow(now time.Time) (dropped int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.start) >= errorWindow {
+		l.start, l.n = now, 0
+	}
+	if l.n >= errorBurst {
+		l.dropped++
+		return 0, false
+	}
+	l.n++
+	dropped, l.dropped = l.dropped, 0
+	return dropped, true
 }
 
 // Fatalf implements pebble.Logger: it calls Fatal, which does not return.

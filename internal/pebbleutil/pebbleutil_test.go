@@ -64,3 +64,24 @@ func TestFatalfIsACleanExit(t *testing.T) {
 		t.Fatalf("FatalMessage = %q, want advice for a full disk", m)
 	}
 }
+
+// TestErrorLogIsRateLimited: a repeating Pebble error (2 million "too many
+// open files" lines in two minutes, in one audit) passes errorBurst times
+// per window, and the next line that passes counts the dropped ones.
+func TestErrorLogIsRateLimited(t *testing.T) {
+	var l limiter
+	t0 := time.Unix(1000, 0)
+	passed := 0
+	for i := range 1000 {
+		if _, ok := l.allow(t0.Add(time.Duration(i) * time.Millisecond)); ok {
+			passed++
+		}
+	}
+	if passed != errorBurst {
+		t.Fatalf("%d of 1000 lines in one window passed, want %d", passed, errorBurst)
+	}
+	dropped, ok := l.allow(t0.Add(errorWindow))
+	if !ok || dropped != 1000-errorBurst {
+		t.Fatalf("first line of the next window: ok %v, dropped %d; want true, %d", ok, dropped, 1000-errorBurst)
+	}
+}
