@@ -30,6 +30,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/adclick/adclick/internal/codescan"
+	"github.com/adclick/adclick/lease"
 	"github.com/adclick/adclick/sink/dynamo"
 )
 
@@ -697,7 +698,7 @@ func TestTemplateResources(t *testing.T) {
 	tp := loadTemplate(t)
 	for typ, min := range map[string]int{
 		"AWS::Kinesis::Stream":                 1,
-		"AWS::DynamoDB::Table":                 1,
+		"AWS::DynamoDB::Table":                 2, // rows and leases
 		"AWS::ElastiCache::ReplicationGroup":   1,
 		"AWS::S3::Bucket":                      1,
 		"AWS::ECS::Cluster":                    1,
@@ -863,13 +864,13 @@ func checkEnvName(t *testing.T, where, name string, flags map[string]bool) {
 	}
 }
 
-// TestTemplateTableMatchesCode runs sink/dynamo's CreateTable against a fake
-// client and compares the request with the template's table.
+// TestTemplateTableMatchesCode runs sink/dynamo's and lease's CreateTable
+// against a fake client and compares each request with the template's
+// table: Table (ad_metrics) and LeaseTable.
 func TestTemplateTableMatchesCode(t *testing.T) {
 	tp := loadTemplate(t)
-	tables := tp.ofType("AWS::DynamoDB::Table")
-	if len(tables) != 1 {
-		t.Fatalf("%d DynamoDB tables, want 1", len(tables))
+	if tables := tp.ofType("AWS::DynamoDB::Table"); !slices.Equal(tables, []string{"LeaseTable", "Table"}) {
+		t.Fatalf("DynamoDB tables %v, want [LeaseTable Table]", tables)
 	}
 	fake := &tableFake{}
 	st, err := dynamo.New(fake, dynamo.Options{Table: "ad_metrics"})
@@ -879,12 +880,25 @@ func TestTemplateTableMatchesCode(t *testing.T) {
 	if err := st.CreateTable(context.Background()); err != nil {
 		t.Fatalf("CreateTable against the fake: %v", err)
 	}
-	in := fake.in
-	if in == nil {
-		t.Fatal("CreateTable sent no CreateTableInput")
+	if fake.in == nil {
+		t.Fatal("sink/dynamo's CreateTable sent no CreateTableInput")
 	}
-	p := props(tp.Resources[tables[0]])
+	compareTable(t, "Table", "sink/dynamo", props(tp.Resources["Table"]), fake.in)
 
+	lfake := &tableFake{}
+	if err := lease.CreateTable(context.Background(), lfake, "ad_metrics"+lease.TableSuffix); err != nil {
+		t.Fatalf("lease.CreateTable against the fake: %v", err)
+	}
+	if lfake.in == nil {
+		t.Fatal("lease.CreateTable sent no CreateTableInput")
+	}
+	compareTable(t, "LeaseTable", "lease", props(tp.Resources["LeaseTable"]), lfake.in)
+}
+
+// compareTable reports every difference between the template's table
+// properties p and the CreateTableInput the code sends.
+func compareTable(t *testing.T, name, code string, p map[string]any, in *dynamodb.CreateTableInput) {
+	t.Helper()
 	// Render both sides as sorted strings.
 	var wantAttrs, gotAttrs, wantKey, gotKey, wantGSI, gotGSI []string
 	for _, a := range in.AttributeDefinitions {
@@ -922,18 +936,86 @@ func TestTemplateTableMatchesCode(t *testing.T) {
 		slices.Sort(c.got)
 		slices.Sort(c.want)
 		if !slices.Equal(c.got, c.want) {
-			t.Errorf("%s: template has %v, sink/dynamo creates %v", c.what, c.got, c.want)
+			t.Errorf("%s %s: template has %v, %s creates %v", name, c.what, c.got, code, c.want)
 		}
 	}
 	if got, want := flatten(p["BillingMode"]), string(in.BillingMode); got != want {
-		t.Errorf("BillingMode: template %s, sink/dynamo %s", got, want)
+		t.Errorf("%s BillingMode: template %s, %s %s", name, got, code, want)
+	}
+}
+
+// TestTemplateLeaseTable checks that every task finds the lease table the
+// template creates, and may hold leases in it: its name is the one adclick
+// run derives from --sink (the rows table's + lease.TableSuffix) unless the
+// command names it with --lease-table, and the task role may read and
+// conditionally update it.
+func TestTemplateLeaseTable(t *testing.T) {
+	tp := loadTemplate(t)
+	if got := flatten(props(tp.Resources["Table"])["TableName"]); got != "${TableName}" {
+		t.Fatalf("Table's TableName %q, want !Ref TableName", got)
+	}
+	if got, want := flatten(props(tp.Resources["LeaseTable"])["TableName"]), "${TableName}"+lease.TableSuffix; got != want {
+		t.Errorf("LeaseTable's TableName %q, want %q (the default of adclick setup and run)", got, want)
+	}
+	for _, n := range tp.ofType("AWS::ECS::TaskDefinition") {
+		for _, d := range asList(props(tp.Resources[n])["ContainerDefinitions"]) {
+			if get(d, "Name") != "adclick" {
+				continue
+			}
+			cmd := asList(get(d, "Command"))
+			values := map[string]string{}
+			for i := 0; i+1 < len(cmd); i++ {
+				if w, ok := cmd[i].(string); ok && strings.HasPrefix(w, "--") {
+					values[strings.TrimPrefix(w, "--")] = flatten(cmd[i+1])
+				}
+			}
+			lt, given := values["lease-table"]
+			switch {
+			case given && lt != "${LeaseTable}":
+				t.Errorf("%s: --lease-table %q, want ${LeaseTable}", n, lt)
+			case !given && values["sink"] != "dynamodb:${Table}":
+				t.Errorf("%s: --sink %q without --lease-table: the lease table run derives would not be LeaseTable", n, values["sink"])
+			}
+		}
+	}
+	// The task role: GetItem and UpdateItem on the lease table.
+	allowed := map[string]bool{}
+	for _, p := range asList(props(tp.Resources["TaskRole"])["Policies"]) {
+		for _, st := range asList(get(p, "PolicyDocument", "Statement")) {
+			if get(st, "Effect") != "Allow" {
+				continue
+			}
+			res := get(st, "Resource")
+			onLease := false
+			walk(res, func(v any) {
+				if m, ok := v.(map[string]any); ok && get(m, "Fn::GetAtt", 0) == "LeaseTable" {
+					onLease = true
+				}
+			})
+			if !onLease {
+				continue
+			}
+			acts := asList(get(st, "Action"))
+			if a, ok := get(st, "Action").(string); ok {
+				acts = []any{a}
+			}
+			for _, a := range acts {
+				allowed[flatten(a)] = true
+			}
+		}
+	}
+	for _, a := range []string{"dynamodb:GetItem", "dynamodb:UpdateItem"} {
+		if !allowed[a] {
+			t.Errorf("the task role does not allow %s on LeaseTable (allowed there: %v)", a, sortedKeys(allowed))
+		}
 	}
 }
 
 func asList(v any) []any { l, _ := v.([]any); return l }
 
-// tableFake is the part of dynamo.API CreateTable uses; other methods panic
-// through the nil embedded interface, which would fail the test.
+// tableFake is the part of dynamo.API and lease.API CreateTable uses; other
+// methods panic through the nil embedded interface, which would fail the
+// test.
 type tableFake struct {
 	dynamo.API
 	in *dynamodb.CreateTableInput

@@ -104,6 +104,12 @@ type Config struct {
 	// Recount finalises hours in the background as they become ready.
 	Recount bool
 
+	// Lease, when set, makes the job hold a lease for as long as it runs
+	// (AWS mode: a second process on the same job is refused, a crashed
+	// one is taken over once its lease lapses) and fences every write with
+	// it. nil: the data dir's lock alone (one machine).
+	Lease *LeaseConfig
+
 	// Rows and Totals are the sinks; nil selects the embedded store under
 	// DataDir/store.
 	Rows   sink.Rows

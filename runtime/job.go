@@ -72,6 +72,7 @@ type Job struct {
 	done        chan struct{}
 
 	lock      *dataLock
+	lease     *jobLease // nil without Config.Lease
 	restoreMs int64
 	kin       *kinesisSource
 	ckptCount int64
@@ -120,6 +121,12 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		return nil, err
 	}
 	j := &Job{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer), ctl: make(chan ctlReq), done: make(chan struct{}), lock: lock}
+	if cfg.Lease != nil {
+		if err := j.acquireLease(ctx); err != nil {
+			j.Close()
+			return nil, err
+		}
+	}
 	// Scratch folders of checkpoints a killed run was building: they hold
 	// old state files alive through hard links.
 	if err := os.RemoveAll(filepath.Join(cfg.DataDir, "scratch")); err != nil {
@@ -184,6 +191,10 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 			return nil, err
 		}
 	}
+	localLake, _ := j.lake.(*recount.Folder)
+	// From here on every write goes through the lease, if the job has one:
+	// the flush, the lake's cleaning, checkpoints and the graph's output.
+	j.fenceWrites()
 	if err := j.build(); err != nil {
 		j.Close()
 		return nil, err
@@ -236,8 +247,8 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	// The lake is a writer like the others: objects of epochs ≥ c hold
 	// verdicts the restored run has not made. A local lake may also hold
 	// temporary files of a writer killed mid-write.
-	if f, ok := j.lake.(*recount.Folder); ok {
-		if _, err := f.RemoveTemp(); err != nil {
+	if localLake != nil {
+		if _, err := localLake.RemoveTemp(); err != nil {
 			j.Close()
 			return nil, err
 		}
@@ -485,7 +496,7 @@ func (j *Job) Close() error {
 		errs = append(errs, j.store.Close())
 		j.store = nil
 	}
-	errs = append(errs, j.lock.release())
+	errs = append(errs, j.releaseLease(), j.lock.release())
 	return errors.Join(errs...)
 }
 
@@ -533,6 +544,18 @@ func (j *Job) Run(ctx context.Context) error {
 	defer endWatch()
 	var watch sync.WaitGroup
 	defer watch.Wait()
+	if j.lease != nil {
+		// A lost lease stops the graph at once, without a final checkpoint:
+		// another process owns the job now.
+		l := j.lease.l
+		watch.Go(func() {
+			select {
+			case <-runDone:
+			case <-l.Lost():
+				cancel(fmt.Errorf("runtime: job lease lost, stopping without a final checkpoint: %w", l.Check()))
+			}
+		})
+	}
 	watch.Go(func() {
 		select {
 		case <-runDone:

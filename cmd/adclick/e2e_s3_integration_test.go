@@ -29,7 +29,7 @@ func TestRestoreFromS3AfterLosingData(t *testing.T) {
 	run(t, 0, "setup", "--sink", "dynamodb:"+table, "--checkpoints", url)
 	data := filepath.Join(dir, "data")
 	args := append([]string{"run", "--source", "file:" + trace, "--data", data, "--sink", "dynamodb:" + table,
-		"--checkpoints", url}, runFlags...)
+		"--checkpoints", url, "--lease-ms", "500"}, runFlags...)
 	for _, n := range []int{2500, 1200} {
 		code := runCode(t, append(args, "--fail-after-records", strconv.Itoa(n))...)
 		if code != 137 {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -14,11 +15,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/adclick/adclick/api"
+	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/lease"
 	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/runtime"
 )
@@ -73,6 +77,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&cfg.Parallelism, "parallelism", 0, "pre-aggregator and window subtasks (default: number of CPUs, at most 128)")
 	lakeURL := fs.String("lake", "", "keep the lake (every click with its verdict, Parquet) in s3://BUCKET/PREFIX instead of under --data/lake")
 	fs.BoolVar(&cfg.Recount, "recount", false, "finalise hours in the background as they become ready (final_* rows from the lake)")
+	leaseTable := fs.String("lease-table", "", "DynamoDB table of job leases (default with --sink dynamodb:TABLE: TABLE"+lease.TableSuffix+"); with --checkpoints s3:// the job holds a lease there, so a second process on the same job is refused and a crashed one is taken over once its lease lapses")
+	leaseMs := fs.Int64("lease-ms", lease.DefaultDuration.Milliseconds(), "lease duration: renewed every third of it; a process that stopped renewing is taken over after it")
+	jobName := fs.String("job-name", "", "the job's name in the lease table (default: the --checkpoints s3:// location)")
 	checkpointsURL := fs.String("checkpoints", "", "keep checkpoints and savepoints in s3://BUCKET/PREFIX (incremental, manifest last) instead of under --data; a restart with an empty --data restores from there")
 	fs.StringVar(&cfg.FromSavepoint, "from-savepoint", "", "start from this savepoint (a path, or an id under --data/savepoints) instead of the latest checkpoint: blue/green, rescaling, upgrades")
 	fs.Int64Var(&cfg.JobGen, "job-gen", 1, "job generation (job_gen) of this version; raise it for each blue/green deployment")
@@ -107,7 +114,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	cfg.AllowanceMs = allowance
 	if err := refuseZero(fs, "watermark-interval-ms", "idle-ms", "window-ms", "horizon-ms", "guard-ms",
-		"preagg-flush-ms", "early-firing-ms", "checkpoint-interval-ms", "checkpoint-timeout-ms", "checkpoints-kept", "job-gen", "max-connections"); err != nil {
+		"preagg-flush-ms", "early-firing-ms", "checkpoint-interval-ms", "checkpoint-timeout-ms", "checkpoints-kept", "job-gen", "max-connections", "lease-ms"); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)
@@ -133,6 +140,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Registerer = reg
 	cfg.Logger = log
 	cfg.Crash = func() { os.Exit(137) }
+	if cfg.Lease, err = leaseConfig(ctx, *leaseTable, *jobName, *checkpointsURL, *leaseMs, &sf, log); err != nil {
+		return err
+	}
 	if *checkpointsURL != "" {
 		if cfg.Checkpoints, err = openCheckpoints(ctx, *checkpointsURL, reg); err != nil {
 			return err
@@ -235,6 +245,43 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return nil
 	}
 	return nil
+}
+
+// leaseConfig decides whether the job holds a lease (runtime.LeaseConfig):
+// when it has a name (--job-name, or its --checkpoints s3:// location) and a
+// lease table (--lease-table, or the --sink dynamodb table's). A job with
+// local checkpoints needs none (the data dir's lock covers one machine);
+// S3 checkpoints without a lease table run without one, with a warning.
+func leaseConfig(ctx context.Context, table, job, ckpts string, ms int64, sf *sinkFlags, log *slog.Logger) (*runtime.LeaseConfig, error) {
+	if job == "" && strings.HasPrefix(ckpts, "s3://") {
+		bucket, prefix, err := ckptstore.ParseURL(ckpts)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		job = bucket + "/" + strings.Trim(prefix, "/")
+	}
+	if table == "" {
+		if t, ok, err := sf.table(); err != nil {
+			return nil, err
+		} else if ok {
+			table = lease.DefaultTable(t)
+		}
+	}
+	switch {
+	case job == "":
+		return nil, nil
+	case table == "" && ckpts == "":
+		return nil, usageError{fmt.Errorf("--job-name %q needs a lease table: --lease-table TABLE, or --sink dynamodb:TABLE", job)}
+	case table == "":
+		log.Warn("no lease table (--lease-table, or --sink dynamodb:TABLE): nothing keeps a second process from running this job", "job", job)
+		return nil, nil
+	}
+	cfg, err := loadAWS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &runtime.LeaseConfig{API: dynamodb.NewFromConfig(cfg),
+		Options: lease.Options{Table: table, Job: job, Duration: time.Duration(ms) * time.Millisecond}}, nil
 }
 
 // refuseZero returns a usage error for each named flag that was set to 0 on

@@ -1,0 +1,58 @@
+// Package lease keeps two processes from ever writing as the same job: a
+// job (and, in the coming multi-worker mode, each key-group range of a job)
+// is written only by the holder of its lease, an item in a DynamoDB table
+// kept in the Kinesis Client Library's lease-table model (DESIGN.md §7):
+// conditional writes, a counter, and expiry measured by the taker's own
+// clock, never by comparing two machines' clocks.
+//
+// # The lease item
+//
+// One item per (job, key-group range), keyed by lease_key
+// "<job>#kg<from>-<to>" (from inclusive, to exclusive; a single-worker job
+// holds 0-128). Its attributes: owner (absent when released), counter
+// (raised by every take, renewal and release), duration_ms (the holder's
+// lease duration), and for operators renewed_at (the holder's wall clock,
+// RFC 3339; informational only, never read for a decision), last_owner,
+// job, kg_from, kg_to. CreateTable makes the table (key lease_key, a
+// string; on-demand billing).
+//
+// # How it is driven
+//
+//	l, err := lease.Acquire(ctx, api, opts) // before anything is restored
+//	var held *lease.HeldError
+//	if errors.As(err, &held) { … another process runs the job: refuse to start … }
+//	go func() { errc <- l.Run(runCtx) }()   // renews every Duration/3
+//	…
+//	if err := l.Check(); err != nil { … }   // before every sink write
+//	wctx, done := l.Guard(ctx)              // and the write runs under Guard
+//	…
+//	stop Run; l.Release(ctx)                // after the last write, on a clean stop
+//
+// FenceRows and FenceTotals wrap the sinks so that every write is checked
+// and guarded.
+//
+// # Why it is safe
+//
+// A taker reads the counter, waits one lease duration D on its own
+// monotonic clock and takes the lease over only if the counter has not
+// moved, with a write conditional on that counter. The holder renews every
+// D/3 with a write conditional on its owner and counter, and lets itself
+// write (Check) only until 2D/3 after it sent its last successful renewal.
+// The taker's first read comes after that renewal was sent, so the holder
+// stops writing at least D/3 before any takeover; Guard cancels writes
+// still in progress at that moment (see Check). A refused renewal means the
+// lease was taken: it is lost for good, and Run reports ErrLost. A release
+// (conditional on owner and counter) frees the lease at once, so a restart
+// after a clean stop does not wait.
+//
+// Every write this package sends sets the counter to an absolute value
+// under a condition on the value read, so of two processes that read the
+// same counter at most one write succeeds; the other gets
+// ConditionalCheckFailedException (matched as a typed error) and learns who
+// won from a consistent read. A write whose answer was lost but which was
+// applied is recognised by its owner string (unique per Acquire) and
+// adopted, never mistaken for a takeover.
+//
+// Mem is an in-memory API with the same conditions, for tests and embedded
+// use.
+package lease

@@ -1,0 +1,161 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/adclick/adclick/sink"
+)
+
+// recordRows is a sink.Rows and sink.Totals that records the writes it
+// gets; block, if set, makes Put wait until its context ends.
+type recordRows struct {
+	sink.Rows
+	sink.Totals
+	mu     sync.Mutex
+	writes []string
+	block  bool
+	synced bool
+}
+
+func (r *recordRows) record(op string) {
+	r.mu.Lock()
+	r.writes = append(r.writes, op)
+	r.mu.Unlock()
+}
+
+func (r *recordRows) Put(ctx context.Context, puts []sink.Put) (int, error) {
+	r.record("put")
+	if r.block {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	return 1, nil
+}
+
+func (r *recordRows) PutFinal(context.Context, []sink.FinalPut) (int, error) {
+	r.record("put_final")
+	return 0, nil
+}
+
+func (r *recordRows) Remove(context.Context, sink.Key, sink.Writer, int64) (bool, error) {
+	r.record("remove")
+	return true, nil
+}
+
+func (r *recordRows) Delete(context.Context, sink.Key, sink.Writer, int64) (bool, bool, error) {
+	r.record("delete")
+	return true, true, nil
+}
+
+func (r *recordRows) Get(context.Context, sink.Key) (sink.Item, bool, error) {
+	r.record("get")
+	return sink.Item{}, false, nil
+}
+
+func (r *recordRows) SetTotals(context.Context, []sink.Total) error {
+	r.record("set_totals")
+	return nil
+}
+
+func (r *recordRows) DeleteTotals(context.Context, []sink.TotalKey) error {
+	r.record("delete_totals")
+	return nil
+}
+
+func (r *recordRows) ForgetEpochs(context.Context, int64, int64) error {
+	r.record("forget_epochs")
+	return nil
+}
+
+func (r *recordRows) Sync(context.Context) error {
+	r.record("sync")
+	return nil
+}
+
+func (r *recordRows) got() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.writes...)
+}
+
+// writeAll sends one of each call through rows and totals and returns the
+// errors of the writes.
+func writeAll(ctx context.Context, rows sink.Rows, totals sink.Totals) []error {
+	var errs []error
+	_, err := rows.Put(ctx, []sink.Put{{}})
+	errs = append(errs, err)
+	_, err = rows.PutFinal(ctx, nil)
+	errs = append(errs, err)
+	_, err = rows.Remove(ctx, sink.Key{}, sink.Fast, 1)
+	errs = append(errs, err)
+	_, _, err = rows.Delete(ctx, sink.Key{}, sink.Fast, 1)
+	errs = append(errs, err)
+	errs = append(errs, totals.SetTotals(ctx, nil), totals.DeleteTotals(ctx, nil), totals.ForgetEpochs(ctx, 0, 1),
+		totals.(interface{ Sync(context.Context) error }).Sync(ctx))
+	_, _, _ = rows.Get(ctx, sink.Key{}) // a read: never fenced
+	return errs
+}
+
+func TestFenceWrites(t *testing.T) {
+	api := newTable(t)
+	clk := newFakeClock()
+	l := mustAcquire(t, api, opts("a", clk))
+	inner := &recordRows{}
+	rows, totals := FenceRows(inner, l), FenceTotals(inner, l)
+	for _, err := range writeAll(context.Background(), rows, totals) {
+		if err != nil {
+			t.Errorf("write under a held lease: %v", err)
+		}
+	}
+	all := []string{"put", "put_final", "remove", "delete", "set_totals", "delete_totals", "forget_epochs", "sync", "get"}
+	if got := inner.got(); len(got) != len(all) {
+		t.Errorf("inner store got %v, want %v", got, all)
+	}
+
+	clk.Advance(2 * D / 3) // no renewal: Check fails, nothing is written
+	inner.writes = nil
+	for i, err := range writeAll(context.Background(), rows, totals) {
+		if !errors.Is(err, ErrLost) {
+			t.Errorf("write %s after the validity: got %v, want ErrLost", all[i], err)
+		}
+	}
+	if got := inner.got(); len(got) != 1 || got[0] != "get" {
+		t.Errorf("inner store got %v after the validity, want only the read", got)
+	}
+	if FenceTotals(nil, l) != nil {
+		t.Error("FenceTotals(nil) is not nil")
+	}
+}
+
+// A write in progress when the lease is lost is cancelled, and reports the
+// lease.
+func TestFenceCancelsWriteInFlight(t *testing.T) {
+	api := newTable(t)
+	clk := newFakeClock()
+	l := mustAcquire(t, api, opts("a", clk))
+	inner := &recordRows{block: true}
+	rows := FenceRows(inner, l)
+	done := make(chan error, 1)
+	go func() {
+		_, err := rows.Put(context.Background(), []sink.Put{{}})
+		done <- err
+	}()
+	for len(inner.got()) == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrLost) {
+			t.Errorf("write in flight at Release: got %v, want ErrLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write in flight was not cancelled when the lease ended")
+	}
+}
