@@ -24,6 +24,21 @@
 //     their own writes with a token bucket so that live output keeps its
 //     write capacity.
 //
+// A third driver, RebuildTotals, serves the running totals rather than a
+// restore: when the running-total store is found wiped (valkey.Store.Wiped),
+// it rewrites the totals of every closed minute and hour from the rows, which
+// the job's state no longer holds; the job rewrites the open ones itself.
+//
+// The drivers wait out a slow row store: a call that fails with a transient
+// error (IsTransient: the store marks such errors, as sink/dynamo does once
+// its own attempts are spent on throttling, 5xx responses, timeouts or
+// responses cut short) is sent again after a capped, jittered exponential
+// backoff on the drivers' clock, until it succeeds or ctx ends, counted in
+// adclick_flush_retries_total and logged at most once per
+// Options.RetryLogEvery. Any other error ends the run at once. Every call
+// they make is safe to repeat (absolute tagged SETs, conditional removes,
+// reads).
+//
 // The runtime calls Full after restoring state and before reading any input
 // (every start from a checkpoint or a savepoint), and Sweep once the old
 // version of a blue/green pair has stopped writing. Both are idempotent and

@@ -54,6 +54,8 @@ type Report struct {
 	Duration time.Duration
 	// Epochs is the number of epochs queried.
 	Epochs int
+	// Retries counts row-store calls sent again after a transient error.
+	Retries int
 }
 
 // LogValue returns the report as a slog group.
@@ -69,6 +71,7 @@ func (r Report) LogValue() slog.Value {
 		slog.Int("totals_deleted", r.TotalsDeleted),
 		slog.Int("refused", r.Refused),
 		slog.Int("fenced", r.Fenced),
+		slog.Int("retries", r.Retries),
 		slog.Duration("duration", r.Duration),
 	)
 }
@@ -96,8 +99,10 @@ var writers = [...]sink.Writer{sink.Fast, sink.Late}
 //     bookkeeping of epochs (c, o.High] is dropped, since every key in it
 //     has by then been rewritten under c or deleted.
 //
-// Every write goes through a token bucket of o.WritesPerSec. The flush is
-// idempotent and restartable: each step converges to the same table
+// Every write goes through a token bucket of o.WritesPerSec. Row-store calls
+// that fail with a transient error (IsTransient) are retried with backoff
+// until ctx ends (see Options.RetryBackoff); other errors end the run. The
+// flush is idempotent and restartable: each step converges to the same table
 // whatever was done before, so after a failure the caller runs Full again
 // from the start with the same options (and, if the failed run was itself
 // writing, an o.High that covers it).
@@ -118,19 +123,15 @@ func Full(ctx context.Context, rows sink.Rows, totals sink.Totals, st State, ts 
 	case totals != nil && ts == nil:
 		return Report{}, errors.New("flush: a totals store but no restored totals")
 	}
-	r := &runner{
-		rows:  rows,
-		clock: o.Clock,
-		lim:   newBucket(o.Clock, o.WritesPerSec, o.Burst),
-		start: o.Clock.Now(),
-	}
+	l := o.limits()
+	r := newRunner(rows, &l, "flush", newMetrics(o.Registerer))
 	f := &fullRun{runner: r, c: o.Restored, gen: o.Gen, st: st}
 	err := r.eachIndexed(ctx, o.Restored, o.High, f.item)
 	if err == nil && totals != nil {
 		err = f.totals(ctx, totals, ts, o.High)
 	}
 	rep := r.finish(o.High - o.Restored + 1)
-	newMetrics(o.Registerer).observe("flush", rep, err)
+	r.m.observe("flush", rep, err)
 	attrs := []any{"restored", o.Restored, "high", o.High, "gen", o.Gen, "report", rep}
 	if err != nil {
 		o.Logger.Error("flush failed; run it again before any new output", append(attrs, "err", err)...)
@@ -167,10 +168,16 @@ func (f *fullRun) item(ctx context.Context, it sink.Item, w sink.Writer) error {
 			if err := f.lim.take(ctx, 1); err != nil {
 				return err
 			}
-			refused, err := f.rows.Put(ctx, []sink.Put{{
+			put := []sink.Put{{
 				Key: it.Key, Writer: act.Writer, Valid: act.Valid, SpendMicros: act.SpendMicros,
 				Epoch: act.Epoch, Gen: f.gen,
-			}})
+			}}
+			var refused int
+			err := f.retry.do(ctx, "put", func() error {
+				var err error
+				refused, err = f.rows.Put(ctx, put)
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("flush: rewrite %s total of %s/%s: %w", act.Writer, it.Entity, it.Bucket, err)
 			}
@@ -292,14 +299,29 @@ func compareTotalKeys(a, b sink.TotalKey) int {
 	return 1
 }
 
-// runner holds what Full and Sweep share: the store, the rate limit and the
-// counts. Not safe for concurrent use.
+// runner holds what Full and Sweep share: the store, the rate limit, the
+// retries of transient errors and the counts. Not safe for concurrent use.
 type runner struct {
 	rows  sink.Rows
 	clock Clock
 	lim   *bucket
+	retry *retrier
+	m     *metrics
 	start time.Time
 	rep   Report
+}
+
+// newRunner returns the runner of one run of kind with defaulted limits l.
+func newRunner(rows sink.Rows, l *limits, kind string, m *metrics) *runner {
+	r := &runner{
+		rows:  rows,
+		clock: l.clock,
+		lim:   newBucket(l.clock, l.writesPerSec, l.burst),
+		m:     m,
+		start: l.clock.Now(),
+	}
+	r.retry = l.retrier(kind, m, &r.rep.Retries)
+	return r
 }
 
 // eachIndexed calls fn for every item of each writer's tag index, for every
@@ -315,10 +337,13 @@ func (r *runner) eachIndexed(ctx context.Context, from, to int64, fn func(contex
 				if err := ctx.Err(); err != nil {
 					return fmt.Errorf("flush: %w", err)
 				}
-				items = items[:0]
-				err := r.rows.QueryIndex(ctx, w, ix, func(it sink.Item) error {
-					items = append(items, it)
-					return nil
+				err := r.retry.do(ctx, "query", func() error {
+					// A retried query starts again from its first page.
+					items = items[:0]
+					return r.rows.QueryIndex(ctx, w, ix, func(it sink.Item) error {
+						items = append(items, it)
+						return nil
+					})
 				})
 				if err != nil {
 					return fmt.Errorf("flush: query %s index %s: %w", w, ix, err)
@@ -343,7 +368,12 @@ func (r *runner) undo(ctx context.Context, k sink.Key, w sink.Writer, act Action
 	}
 	switch act.Kind {
 	case DeleteItem:
-		deleted, ok, err := r.rows.Delete(ctx, k, w, act.Ckpt)
+		var deleted, ok bool
+		err := r.retry.do(ctx, "delete", func() error {
+			var err error
+			deleted, ok, err = r.rows.Delete(ctx, k, w, act.Ckpt)
+			return err
+		})
 		if err != nil {
 			return false, fmt.Errorf("flush: delete %s/%s: %w", k.Entity, k.Bucket, err)
 		}
@@ -355,7 +385,12 @@ func (r *runner) undo(ctx context.Context, k sink.Key, w sink.Writer, act Action
 		}
 		return ok, nil
 	case RemoveAttrs:
-		ok, err := r.rows.Remove(ctx, k, w, act.Ckpt)
+		var ok bool
+		err := r.retry.do(ctx, "remove", func() error {
+			var err error
+			ok, err = r.rows.Remove(ctx, k, w, act.Ckpt)
+			return err
+		})
 		if err != nil {
 			return false, fmt.Errorf("flush: remove %s from %s/%s: %w", w, k.Entity, k.Bucket, err)
 		}
@@ -368,7 +403,15 @@ func (r *runner) undo(ctx context.Context, k sink.Key, w sink.Writer, act Action
 }
 
 func (r *runner) get(ctx context.Context, k sink.Key) (sink.Item, bool, error) {
-	it, ok, err := r.rows.Get(ctx, k)
+	var (
+		it sink.Item
+		ok bool
+	)
+	err := r.retry.do(ctx, "get", func() error {
+		var err error
+		it, ok, err = r.rows.Get(ctx, k)
+		return err
+	})
 	if err != nil {
 		return sink.Item{}, false, fmt.Errorf("flush: get %s/%s: %w", k.Entity, k.Bucket, err)
 	}

@@ -7,33 +7,38 @@ import (
 )
 
 // metrics are the drivers' Prometheus metrics, labelled by run kind
-// ("flush" or "sweep"). Safe for concurrent use.
+// ("flush", "sweep" or "rebuild"). Safe for concurrent use.
 type metrics struct {
 	items   *prometheus.CounterVec   // kind, outcome
 	totals  *prometheus.CounterVec   // outcome
 	runs    *prometheus.CounterVec   // kind, result
 	seconds *prometheus.HistogramVec // kind
+	retries *prometheus.CounterVec   // kind, op
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
 	m := &metrics{
 		items: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "adclick", Subsystem: "flush", Name: "items_total",
-			Help: "Items the flush or sweep handled, by outcome (scanned, deleted, removed, rewritten, refused).",
+			Help: "Items the flush, sweep or rebuild handled, by outcome (scanned, deleted, removed, rewritten, refused).",
 		}, []string{"kind", "outcome"}),
 		totals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "adclick", Subsystem: "flush", Name: "totals_total",
-			Help: "Running totals the flush rewrote or deleted.",
+			Help: "Running totals the flush rewrote or deleted, or the rebuild rewrote from the rows (rebuilt).",
 		}, []string{"outcome"}),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "adclick", Subsystem: "flush", Name: "runs_total",
-			Help: "Flush and sweep runs, by result (ok, error).",
+			Help: "Flush, sweep and rebuild runs, by result (ok, error).",
 		}, []string{"kind", "result"}),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "adclick", Subsystem: "flush", Name: "duration_seconds",
-			Help:    "Duration of flush and sweep runs, in seconds.",
+			Help:    "Duration of flush, sweep and rebuild runs, in seconds.",
 			Buckets: prometheus.ExponentialBuckets(0.1, 4, 8),
 		}, []string{"kind"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "adclick", Subsystem: "flush", Name: "retries_total",
+			Help: "Row-store calls the flush, sweep or rebuild sent again after a transient error (throttling, 5xx, timeout), by call.",
+		}, []string{"kind", "op"}),
 	}
 	if r == nil {
 		return m
@@ -42,6 +47,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.totals = register(r, m.totals)
 	m.runs = register(r, m.runs)
 	m.seconds = register(r, m.seconds)
+	m.retries = register(r, m.retries)
 	return m
 }
 

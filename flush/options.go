@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -43,8 +44,25 @@ type Options struct {
 	// Registerer receives the metrics; nil registers none. Metrics already
 	// registered by an earlier call are reused.
 	Registerer prometheus.Registerer
-	// Logger receives one line per run. Default: discard.
+	// Logger receives one line per run, and the retry lines. Default:
+	// discard.
 	Logger *slog.Logger
+	// RetryBackoff is the wait before the first retry of a row-store call
+	// that failed with a transient error (IsTransient: throttling, 5xx,
+	// timeouts, responses cut short, once the store's own attempts are
+	// spent). It doubles with every further retry of the same call, up to
+	// MaxRetryBackoff, and each wait is drawn uniformly from [d/2, d]. Such
+	// calls are retried until ctx ends: the flush is rate-limited work that
+	// waits out a slow store rather than fail the start. Other errors fail
+	// the run at once. Default DefaultRetryBackoff (500 ms).
+	RetryBackoff time.Duration
+	// MaxRetryBackoff caps the backoff. Default DefaultMaxRetryBackoff
+	// (30 s).
+	MaxRetryBackoff time.Duration
+	// RetryLogEvery is the least time between two log lines (Warn) about
+	// retries; each line counts the retries since the previous one.
+	// Default DefaultRetryLogEvery (10 s).
+	RetryLogEvery time.Duration
 }
 
 // SweepOptions configures Sweep. The zero value of each optional field
@@ -59,20 +77,27 @@ type SweepOptions struct {
 	// High is the highest epoch the old version may have written
 	// (inclusive). Required, ≥ Since.
 	High int64
-	// WritesPerSec, Burst, Clock, Registerer and Logger are as in Options.
-	WritesPerSec float64
-	Burst        int
-	Clock        Clock
-	Registerer   prometheus.Registerer
-	Logger       *slog.Logger
+	// WritesPerSec, Burst, Clock, Registerer, Logger, RetryBackoff,
+	// MaxRetryBackoff and RetryLogEvery are as in Options.
+	WritesPerSec    float64
+	Burst           int
+	Clock           Clock
+	Registerer      prometheus.Registerer
+	Logger          *slog.Logger
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	RetryLogEvery   time.Duration
 }
 
 // limits holds the options the two drivers share.
 type limits struct {
-	writesPerSec float64
-	burst        int
-	clock        Clock
-	logger       *slog.Logger
+	writesPerSec    float64
+	burst           int
+	clock           Clock
+	logger          *slog.Logger
+	retryBackoff    time.Duration
+	maxRetryBackoff time.Duration
+	retryLogEvery   time.Duration
 }
 
 func (l *limits) ensureDefaults() {
@@ -88,6 +113,15 @@ func (l *limits) ensureDefaults() {
 	if l.logger == nil {
 		l.logger = slog.New(slog.DiscardHandler)
 	}
+	if l.retryBackoff == 0 {
+		l.retryBackoff = DefaultRetryBackoff
+	}
+	if l.maxRetryBackoff == 0 {
+		l.maxRetryBackoff = max(DefaultMaxRetryBackoff, l.retryBackoff)
+	}
+	if l.retryLogEvery == 0 {
+		l.retryLogEvery = DefaultRetryLogEvery
+	}
 }
 
 func (l *limits) validate() []error {
@@ -98,7 +132,22 @@ func (l *limits) validate() []error {
 	if l.burst < 0 {
 		errs = append(errs, fmt.Errorf("flush: burst %d must not be negative", l.burst))
 	}
+	if l.retryBackoff < 0 {
+		errs = append(errs, fmt.Errorf("flush: retry backoff %v must be positive", l.retryBackoff))
+	}
+	if l.maxRetryBackoff < l.retryBackoff {
+		errs = append(errs, fmt.Errorf("flush: max retry backoff %v is below the retry backoff %v", l.maxRetryBackoff, l.retryBackoff))
+	}
+	if l.retryLogEvery < 0 {
+		errs = append(errs, fmt.Errorf("flush: retry log interval %v must not be negative", l.retryLogEvery))
+	}
 	return errs
+}
+
+// retrier returns the retrier of one run of kind, counting into count.
+func (l *limits) retrier(kind string, m *metrics, count *int) *retrier {
+	return &retrier{clock: l.clock, base: l.retryBackoff, max: l.maxRetryBackoff, logEvery: l.retryLogEvery,
+		logger: l.logger, kind: kind, m: m, count: count}
 }
 
 // EnsureDefaults fills in the defaults of unset optional fields.
@@ -106,6 +155,7 @@ func (o *Options) EnsureDefaults() {
 	l := o.limits()
 	l.ensureDefaults()
 	o.WritesPerSec, o.Burst, o.Clock, o.Logger = l.writesPerSec, l.burst, l.clock, l.logger
+	o.RetryBackoff, o.MaxRetryBackoff, o.RetryLogEvery = l.retryBackoff, l.maxRetryBackoff, l.retryLogEvery
 }
 
 // Validate reports every problem with the options, not just the first.
@@ -126,7 +176,8 @@ func (o *Options) Validate() error {
 }
 
 func (o *Options) limits() limits {
-	return limits{writesPerSec: o.WritesPerSec, burst: o.Burst, clock: o.Clock, logger: o.Logger}
+	return limits{writesPerSec: o.WritesPerSec, burst: o.Burst, clock: o.Clock, logger: o.Logger,
+		retryBackoff: o.RetryBackoff, maxRetryBackoff: o.MaxRetryBackoff, retryLogEvery: o.RetryLogEvery}
 }
 
 // EnsureDefaults fills in the defaults of unset optional fields.
@@ -134,6 +185,7 @@ func (o *SweepOptions) EnsureDefaults() {
 	l := o.limits()
 	l.ensureDefaults()
 	o.WritesPerSec, o.Burst, o.Clock, o.Logger = l.writesPerSec, l.burst, l.clock, l.logger
+	o.RetryBackoff, o.MaxRetryBackoff, o.RetryLogEvery = l.retryBackoff, l.maxRetryBackoff, l.retryLogEvery
 }
 
 // Validate reports every problem with the options, not just the first.
@@ -154,5 +206,6 @@ func (o *SweepOptions) Validate() error {
 }
 
 func (o *SweepOptions) limits() limits {
-	return limits{writesPerSec: o.WritesPerSec, burst: o.Burst, clock: o.Clock, logger: o.Logger}
+	return limits{writesPerSec: o.WritesPerSec, burst: o.Burst, clock: o.Clock, logger: o.Logger,
+		retryBackoff: o.RetryBackoff, maxRetryBackoff: o.MaxRetryBackoff, retryLogEvery: o.RetryLogEvery}
 }

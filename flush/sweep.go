@@ -61,16 +61,12 @@ func Sweep(ctx context.Context, rows sink.Rows, totals sink.Totals, o SweepOptio
 	if rows == nil {
 		return Report{}, errors.New("flush: no row store")
 	}
-	r := &runner{
-		rows:  rows,
-		clock: o.Clock,
-		lim:   newBucket(o.Clock, o.WritesPerSec, o.Burst),
-		start: o.Clock.Now(),
-	}
+	l := o.limits()
+	r := newRunner(rows, &l, "sweep", newMetrics(o.Registerer))
 	s := &sweepRun{runner: r, gen: o.Gen, since: o.Since}
 	err := r.eachIndexed(ctx, o.Since, o.High, s.item)
 	rep := r.finish(o.High - o.Since + 1)
-	newMetrics(o.Registerer).observe("sweep", rep, err)
+	r.m.observe("sweep", rep, err)
 	attrs := []any{"gen", o.Gen, "since", o.Since, "high", o.High, "report", rep}
 	if err != nil {
 		o.Logger.Error("sweep failed; run it again", append(attrs, "err", err)...)

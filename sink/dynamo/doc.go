@@ -12,7 +12,10 @@
 // condition is counted and never retried. Throttling, 5xx responses and
 // transport errors are retried by the Store itself with capped, jittered
 // exponential backoff, so the client passed to New should have the SDK's own
-// retries turned off; NewClient builds such a client.
+// retries turned off; NewClient builds such a client. When a request still
+// fails after Options.MaxAttempts, the error is a *TransientError (IsTransient
+// reports true; it has a Transient() bool method), so that a caller that can
+// wait, such as the flush, retries it without importing this package.
 //
 // Why projection ALL: the flush reads every index entry's attributes (the
 // ckpt to compare, the values to keep), so KEYS_ONLY would cost one GetItem

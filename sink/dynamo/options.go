@@ -27,8 +27,9 @@ type Options struct {
 	// across all concurrent calls. Default 32.
 	MaxInFlight int
 	// MaxAttempts is the number of attempts per request, the first included,
-	// before a retryable error (throttling, 5xx, transport) is returned.
-	// Default 15.
+	// before a retryable error (throttling, 5xx, transport) is returned, as
+	// a *TransientError: a caller that can wait longer (the flush) retries
+	// it. Default 15.
 	MaxAttempts int
 	// BaseBackoff is the backoff before the first retry; it doubles with
 	// every further retry up to MaxBackoff, and the wait is drawn uniformly

@@ -142,7 +142,7 @@ func (s *Store) do(ctx context.Context, op string, call func(context.Context) er
 			s.m.throttles.WithLabelValues(op).Inc()
 		}
 		if attempt >= s.o.MaxAttempts {
-			return fmt.Errorf("gave up after %d attempts: %w", attempt, err)
+			return &TransientError{Attempts: attempt, Err: err}
 		}
 		s.m.retries.WithLabelValues(op).Inc()
 		if err := sleep(ctx, backoff(s.o.BaseBackoff, s.o.MaxBackoff, attempt)); err != nil {

@@ -14,6 +14,7 @@
 //	            ckpt          the epoch (last barrier the writer passed) of the write
 //	adclick:ep:<epoch>                     SET   the names of the total keys written under epoch
 //	adclick:epochs                         ZSET  the epochs that have a set (member and score: the epoch)
+//	adclick:marker                         STRING "ok" once armed, "rebuild" during a rebuild (see Wiped)
 //
 // Times are the UTC start of the minute or hour. The ad id is stored as
 // given, between the braces. A dashboard reads a total with
@@ -69,15 +70,38 @@
 // does not fail when a standalone server is down; the store connects on
 // first use and reconnects by itself when the server returns.
 //
+// After the server restarts, each pooled connection that predates the
+// restart fails once, at its next use, with a transport error (EOF, reset,
+// broken pipe) before the client replaces it. The store sends a round trip
+// again at once after such a failure, up to once per pooled connection, so
+// a call right after a restart succeeds; every command it sends gives the
+// same result when applied twice. Timeouts, refused dials and reply errors
+// are never retried, so an outage still fails a call within about Timeout +
+// DialTimeout per round trip.
+//
 // The contract with the runtime: on a SetTotals error it keeps counting (the
 // totals stay in state), and it calls Ping periodically; once Ping succeeds
 // it rewrites the running totals of its open windows from state (absolute
 // values, so rewriting is always safe) before relying on Valkey again.
 //
+// # Detecting a wipe
+//
+// A server that restarts without its data (or is flushed or replaced) loses
+// every total, including those of windows that closed long ago, which the
+// runtime no longer holds. The key <prefix>:marker detects it: Wiped reports
+// true when the marker is missing or a rebuild has not completed, and renews
+// its expiry (EpochTTL) otherwise. The runtime checks it periodically; on
+// true it calls BeginRebuild, rewrites the totals (flush.RebuildTotals from
+// the rows, and its open windows from state), and then Arm, which sets the
+// marker back to "ok" only if it still exists: if the store was wiped again
+// during the rebuild, Arm reports false and the rebuild starts over. A store
+// never armed on its prefix reports true, so a new server is filled too.
+//
 // # Metrics
 //
 //	adclick_valkey_up                       gauge: 1 after a round trip reached the server, 0 after one failed to
-//	adclick_valkey_errors_total{op}         failed round trips (op: set, get, list, delete, forget, ping)
+//	adclick_valkey_errors_total{op}         failed round trips (op: set, get, list, delete, forget, ping, marker)
+//	adclick_valkey_stale_retries_total{op}  round trips sent again after a stale pooled connection failed
 //	adclick_valkey_totals_written_total     totals written
 //	adclick_valkey_totals_deleted_total     totals deleted
 //	adclick_valkey_call_duration_seconds{op}

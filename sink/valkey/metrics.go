@@ -14,14 +14,18 @@ const (
 	opDelete = "delete"
 	opForget = "forget"
 	opPing   = "ping"
+	opMarker = "marker"
 )
 
 type metrics struct {
-	up       prometheus.Gauge
-	errors   *prometheus.CounterVec
-	written  prometheus.Counter
-	deleted  prometheus.Counter
-	duration *prometheus.HistogramVec
+	up     prometheus.Gauge
+	errors *prometheus.CounterVec
+	// staleRetries counts round trips sent again after a stale connection
+	// failed.
+	staleRetries *prometheus.CounterVec
+	written      prometheus.Counter
+	deleted      prometheus.Counter
+	duration     *prometheus.HistogramVec
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -33,6 +37,10 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "adclick_valkey_errors_total",
 			Help: "Failed Valkey store calls, by operation.",
+		}, []string{"op"}),
+		staleRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "adclick_valkey_stale_retries_total",
+			Help: "Round trips sent again because a pooled connection the server had closed (a restart) failed, by operation.",
 		}, []string{"op"}),
 		written: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "adclick_valkey_totals_written_total",
@@ -48,11 +56,14 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
 		}, []string{"op"}),
 	}
-	for _, op := range []string{opSet, opGet, opList, opDelete, opForget, opPing} {
+	for _, op := range []string{opSet, opGet, opList, opDelete, opForget, opPing, opMarker} {
 		m.errors.WithLabelValues(op)
 	}
+	for _, op := range []string{opSet, opGet, opList, opDelete, opForget, opPing, opMarker} {
+		m.staleRetries.WithLabelValues(op)
+	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.up, m.errors, m.written, m.deleted, m.duration} {
+		for _, c := range []prometheus.Collector{m.up, m.errors, m.staleRetries, m.written, m.deleted, m.duration} {
 			if err := r.Register(c); err != nil {
 				return nil, fmt.Errorf("valkey: register metrics: %w", err)
 			}

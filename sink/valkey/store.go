@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sort"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -361,23 +364,58 @@ func (s *Store) registered(ctx context.Context, op, min, max string) ([]int64, e
 
 // roundTrip sends cmds in one pipeline, bounded by Options.Timeout, and
 // returns the first error among the replies. It keeps adclick_valkey_up and
-// adclick_valkey_errors_total: a reply error from the server (a
-// *valkey.ValkeyError) shows the server is up; any other failure, unless the
-// caller's own context ended, marks it down.
+// adclick_valkey_errors_total (see note).
+//
+// A connection that predates a restart of the server fails at its next use
+// with a transport error (EOF, reset, broken pipe; see staleConn) and is
+// then replaced by the client. roundTrip sends the pipeline again after such
+// a failure, up to once per pooled connection (maxStaleConns), so that a
+// call right after a restart does not fail on a stale connection. Such a
+// failure comes at once (the connection is closed already); a timeout, a
+// refused dial or a reply error is returned without a retry, so during an
+// outage a call still fails within about Timeout + DialTimeout per round
+// trip.
+//
+// Sending a pipeline again is safe for every command the store sends:
+// reads, absolute HSETs, SADD/SREM/ZADD/ZREM of members, DEL, PEXPIRE and
+// the marker's SETs give the same result when applied twice. It cannot
+// reorder one caller's writes either: the retry happens before the call
+// returns, and concurrent calls on the same key have no order to keep.
 func (s *Store) roundTrip(ctx context.Context, op string, cmds valkey.Commands) ([]valkey.ValkeyResult, error) {
+	for retry := 0; ; retry++ {
+		res, err := s.send(ctx, cmds)
+		if err != nil && retry < maxStaleConns && ctx.Err() == nil && staleConn(err) {
+			// Not counted as an error, and the server is not marked down:
+			// the pipeline goes again at once on another connection.
+			s.m.staleRetries.WithLabelValues(op).Inc()
+			continue
+		}
+		s.note(ctx, op, err)
+		return res, err
+	}
+}
+
+// send sends cmds in one pipeline, bounded by Options.Timeout, and returns
+// the first error among the replies (a nil reply is not an error).
+func (s *Store) send(ctx context.Context, cmds valkey.Commands) ([]valkey.ValkeyResult, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	res := s.c.DoMulti(rctx, cmds...)
-	var err error
 	for _, r := range res {
 		if e := r.Error(); e != nil && !valkey.IsValkeyNil(e) {
-			err = e
-			break
+			return nil, e
 		}
 	}
+	return res, nil
+}
+
+// note records the outcome of a round trip: a reply error from the server
+// (a *valkey.ValkeyError) shows the server is up; any other failure, unless
+// the caller's own context ended, marks it down.
+func (s *Store) note(ctx context.Context, op string, err error) {
 	if err == nil {
 		s.m.up.Set(1)
-		return res, nil
+		return
 	}
 	s.m.errors.WithLabelValues(op).Inc()
 	var ve *valkey.ValkeyError
@@ -389,7 +427,33 @@ func (s *Store) roundTrip(ctx context.Context, op string, cmds valkey.Commands) 
 	default:
 		s.m.up.Set(0)
 	}
-	return nil, err
+}
+
+// maxStaleConns bounds the pipelined connections valkey-go keeps to one
+// server: 2^PipelineMultiplex, and the store leaves PipelineMultiplex at its
+// default, which is at most 2 (see valkey.ClientOption). After a restart of
+// the server each of them fails once, at its next use, before the client
+// replaces it; which one a command uses is chosen at random, so one retry
+// is not enough when there are four.
+const maxStaleConns = 4
+
+// staleConn reports whether err is the failure of a connection the server
+// closed (a restart, an idle timeout, a proxy that dropped it), which the
+// client replaces at its next use: end of file, a reset, a broken pipe, or
+// a connection already closed. Timeouts are not: the server may be alive
+// but unresponsive, and waiting again would double the time a caller
+// waits. Neither is the client being closed (valkey.ErrClosing).
+func staleConn(err error) bool {
+	if errors.Is(err, valkey.ErrClosing) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, net.ErrClosed)
 }
 
 // setsPerRoundTrip bounds the number of commands carrying up to BatchSize

@@ -134,6 +134,9 @@ func TestUnreachable(t *testing.T) {
 				"DeleteTotals":  func() error { return s.DeleteTotals(ctx, []sink.TotalKey{{Ad: "ad_7"}}) },
 				"ForgetEpochs":  func() error { return s.ForgetEpochs(ctx, 0, 100) },
 				"Ping":          func() error { return s.Ping(ctx) },
+				"Wiped":         func() error { _, err := s.Wiped(ctx); return err },
+				"BeginRebuild":  func() error { return s.BeginRebuild(ctx) },
+				"Arm":           func() error { _, err := s.Arm(ctx); return err },
 			}
 			for call, f := range calls {
 				start := time.Now()
@@ -156,8 +159,8 @@ func TestUnreachable(t *testing.T) {
 			if n := errCount(t, s, opPing); n < 1 {
 				t.Errorf("adclick_valkey_errors_total{op=ping} = %v, want >= 1", n)
 			}
-			if n := series(t, reg, "adclick_valkey_up", "adclick_valkey_errors_total"); n != 7 {
-				t.Errorf("registered series: %d, want 7 (up + 6 ops)", n)
+			if n := series(t, reg, "adclick_valkey_up", "adclick_valkey_errors_total"); n != 8 {
+				t.Errorf("registered series: %d, want 8 (up + 7 ops)", n)
 			}
 		})
 	}
