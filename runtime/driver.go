@@ -42,6 +42,9 @@ type driver struct {
 	lastRecord int64 // processing time of the last record (real-time sources)
 	forgotten  int64 // epochs below this are forgotten by the totals store
 	eof        bool  // the source ended (bounded input read to its end)
+	// wipes watches the running-total store for a loss of its data (nil
+	// unless the store can tell, as sink/valkey's can).
+	wipes *wipeWatch
 	// Checkpoint failures: a failed periodic checkpoint is retried at
 	// ckptRetryAt (processing time) with backoff; failSince is when the
 	// failures began (wall clock), bounded by the checkpoint timeout.
@@ -77,6 +80,10 @@ func newDriver(j *Job, src source) *driver {
 // checkpoint); runCtx is the graph's (cancelled when a subtask fails).
 func (d *driver) run(ctx, runCtx context.Context) error {
 	virtual := d.src.virtual()
+	if w, ok := d.j.plainTotals.(wipeDetector); ok {
+		d.wipes = startWipeWatch(runCtx, d.j, w, virtual)
+		defer d.wipes.stop()
+	}
 	if !virtual {
 		d.start(d.j.cfg.Clock.NowMs())
 		d.lastRecord = d.j.cfg.Clock.NowMs()
@@ -290,6 +297,12 @@ func (d *driver) tick(ctx context.Context, t int64) error {
 		return err
 	}
 	d.publish(t, wm)
+	if d.wipes.lost() {
+		// The store lost its data: the open windows' totals now, from state.
+		if err := d.broadcast(ctx, toPre{kind: mTotalsLost, procMs: t}); err != nil {
+			return err
+		}
+	}
 	if !d.j.cfg.NoCheckpoint {
 		iv := d.j.cfg.CheckpointIntervalMs
 		if t-d.lastCkpt >= iv {
@@ -513,6 +526,7 @@ func (d *driver) checkpointOnce(ctx context.Context, procMs int64, final, savepo
 	forgotten := make([]int64, len(j.pres))
 	var win, late []blob
 	var errs []error
+	winWm := int64(math.MaxInt64)
 	for n := 0; n < len(j.pres)+len(j.wins); n++ {
 		var a ack
 		select {
@@ -527,6 +541,8 @@ func (d *driver) checkpointOnce(ctx context.Context, procMs int64, final, savepo
 		if a.role == "pre" {
 			floors[a.index] = a.floor
 			forgotten[a.index] = a.forgotten
+		} else {
+			winWm = min(winWm, a.wm)
 		}
 		win = append(win, a.win...)
 		late = append(late, a.late...)
@@ -541,6 +557,11 @@ func (d *driver) checkpointOnce(ctx context.Context, procMs int64, final, savepo
 	}
 	d.lastCkpt = procMs
 	d.preflushed = false
+	if !final {
+		// Every window closed by winWm was closed, and its rows written,
+		// before this checkpoint completed.
+		d.wipes.checkpointed(ckptDone{began: began, closedBy: winWm, oldest: d.forgotten})
+	}
 	j.ckptCount++
 	j.m.ckpts.WithLabelValues("completed").Inc()
 	j.m.ckptDuration.Observe(float64(meta.DurationMs) / 1000)

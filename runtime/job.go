@@ -71,11 +71,14 @@ type Job struct {
 	ctl         chan ctlReq
 	done        chan struct{}
 
-	lock      *dataLock
-	lease     *jobLease // nil without Config.Lease
-	restoreMs int64
-	kin       *kinesisSource
-	ckptCount int64
+	lock  *dataLock
+	lease *jobLease // nil without Config.Lease
+	// plainTotals is the running-total store itself (j.totals may wrap it
+	// in the lease's fence), for the capabilities a wrapper hides.
+	plainTotals sink.Totals
+	restoreMs   int64
+	kin         *kinesisSource
+	ckptCount   int64
 
 	mu      sync.Mutex
 	status  Status

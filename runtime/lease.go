@@ -57,6 +57,7 @@ func (j *Job) acquireLease(ctx context.Context) error {
 // fenceWrites wraps every store the job writes (rows, totals, checkpoints,
 // lake) so that each write checks the lease first and runs under it.
 func (j *Job) fenceWrites() {
+	j.plainTotals = j.totals
 	if j.lease == nil {
 		return
 	}

@@ -27,7 +27,8 @@ const (
 	mWatermark         // a new watermark (also carries processing time)
 	mBarrier
 	mEnd
-	mRewrite // rewrite the hour rows held in state (after a sweep)
+	mRewrite    // rewrite the hour rows held in state (after a sweep)
+	mTotalsLost // the running-total store lost its data: rewrite every total state holds
 )
 
 // toPre is a message from the driver to a pre-aggregator.
@@ -74,6 +75,7 @@ type ack struct {
 	win       []blob
 	late      []blob
 	err       error
+	wm        int64 // window subtasks: their watermark at the barrier
 }
 
 type blob struct {
@@ -230,8 +232,8 @@ func (s *preSub) handle(ctx context.Context, msg toPre) error {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
-	case mRewrite:
-		return s.broadcast(ctx, toWin{kind: mRewrite, procMs: msg.procMs})
+	case mRewrite, mTotalsLost:
+		return s.broadcast(ctx, toWin{kind: msg.kind, procMs: msg.procMs})
 	case mEnd:
 		parts := s.pa.Flush()
 		if err := s.forward(ctx, parts, msg.procMs); err != nil {
@@ -341,6 +343,8 @@ type winSub struct {
 	barriers int
 	ended    int
 	rewrites int
+	lost     int   // mTotalsLost messages received
+	rewriteT bool  // rewrite every total state holds at the next flushWrites
 	epoch    int64 // the last barrier this subtask passed: the sink tag
 	restored int64 // c: the checkpoint the job restored from
 	gen      int64
@@ -433,7 +437,7 @@ func (w *winSub) handle(ctx context.Context, msg toWin) (bool, error) {
 		w.late.Flush(w.emitLate)
 		err := w.flushWrites(ctx)
 		w.epoch = msg.barrier.id
-		a := ack{role: "win", index: w.idx, err: err}
+		a := ack{role: "win", index: w.idx, err: err, wm: w.wm}
 		if err == nil {
 			a.err = w.minutes.Snapshot(func(kg int, d []byte) error { a.win = append(a.win, blob{kg, d}); return nil })
 		}
@@ -456,6 +460,14 @@ func (w *winSub) handle(ctx context.Context, msg toWin) (bool, error) {
 			w.minutes.HourRows(w.emit)
 			w.late.MarkAllDirty()
 			w.late.Flush(w.emitLate)
+			return false, w.flushWrites(ctx)
+		}
+	case mTotalsLost:
+		// One message per input arrives; rewriting once is enough. The
+		// outage path of flushWrites rewrites every total state holds.
+		w.lost++
+		if w.lost%w.inputs == 1 || w.inputs == 1 {
+			w.totalsOK, w.rewriteT = false, true
 			return false, w.flushWrites(ctx)
 		}
 	case mEnd:
@@ -554,13 +566,13 @@ func (w *winSub) flushWrites(ctx context.Context) error {
 		}
 		w.puts = w.puts[:0]
 	}
-	if w.totals != nil && (len(w.tots) > 0 || len(w.unsent) > 0) {
+	if w.totals != nil && (len(w.tots) > 0 || len(w.unsent) > 0 || w.rewriteT) {
 		send := w.tots
 		if !w.totalsOK {
 			// Back after an outage: everything state holds, then the totals
 			// that failed and state no longer holds (minutes that closed
-			// meanwhile), re-tagged with the current epoch so a flush finds
-			// them, then the pending ones.
+			// meanwhile) with the epoch of their row, so that a flush keeps
+			// them exactly when it keeps the row, then the pending ones.
 			var all []sink.Total
 			held := make(map[sink.TotalKey]bool)
 			w.minutes.Totals(func(r windowing.Running) {
@@ -570,7 +582,6 @@ func (w *winSub) flushWrites(ctx context.Context) error {
 			})
 			for k, t := range w.unsent {
 				if !held[k] {
-					t.Epoch = w.epoch
 					all = append(all, t)
 				}
 			}
@@ -599,7 +610,7 @@ func (w *winSub) flushWrites(ctx context.Context) error {
 			w.m.totalsUp.Set(1)
 			w.log.Info("running-total store answers again: totals rewritten", "subtask", w.idx, "totals", len(send))
 		}
-		w.totalsOK = true
+		w.totalsOK, w.rewriteT = true, false
 		clear(w.unsent)
 	}
 	w.tots = w.tots[:0]
