@@ -72,6 +72,10 @@ type Config struct {
 	CheckpointTimeoutMs int64
 	CheckpointPauseMs   int64 // minimum pause between checkpoints; default 5,000
 	CheckpointsKept     int   // default 3
+	// SinkOutageMs is how long the window subtasks wait out a row store
+	// that answers with transient errors (throttling, 5xx, timeouts) before
+	// the job ends with the error. Default 300,000 (5 minutes).
+	SinkOutageMs int64
 	// FlushWritesPerSec limits the full flush's own writes; default 500 for
 	// an external row store (DynamoDB), unlimited for the embedded one.
 	FlushWritesPerSec float64
@@ -159,6 +163,7 @@ func (c *Config) EnsureDefaults() {
 	def(&c.CheckpointIntervalMs, 30_000)
 	def(&c.CheckpointPauseMs, 5_000)
 	def(&c.CheckpointTimeoutMs, 60_000)
+	def(&c.SinkOutageMs, 300_000)
 	if c.CheckpointsKept == 0 {
 		c.CheckpointsKept = 3
 	}
@@ -206,7 +211,7 @@ func (c *Config) Validate() error {
 		{"allowance", c.allowance()}, {"watermark interval", c.WatermarkIntervalMs}, {"idle timeout", c.IdleMs},
 		{"window", c.WindowMs}, {"horizon", c.HorizonMs}, {"guard", c.GuardMs}, {"pre-aggregation buffer", c.PreaggFlushMs},
 		{"early firing", c.EarlyFiringMs}, {"checkpoint interval", c.CheckpointIntervalMs},
-		{"checkpoint timeout", c.CheckpointTimeoutMs},
+		{"checkpoint timeout", c.CheckpointTimeoutMs}, {"sink outage", c.SinkOutageMs},
 	} {
 		if v.v < 0 || (v.v == 0 && v.name != "allowance") {
 			errs = append(errs, fmt.Errorf("%s %d ms must be positive", v.name, v.v))

@@ -307,7 +307,8 @@ func (j *Job) build() error {
 		w := &winSub{idx: i, minutes: mins, late: latepath.New(j.cfg.HorizonMs), in: wins[i], acks: j.acks,
 			inputs: p, wms: make([]int64, p), procs: make([]int64, p), wm: preagg.NoWatermark,
 			epoch: j.c, restored: j.c, gen: j.cfg.JobGen, earlyMs: j.cfg.EarlyFiringMs,
-			rows: j.rows, totals: j.totals, totalsOK: true, m: j.m, log: j.log, freeParts: freeParts}
+			outage: time.Duration(j.cfg.SinkOutageMs) * time.Millisecond,
+			rows:   j.rows, totals: j.totals, totalsOK: true, m: j.m, log: j.log, freeParts: freeParts}
 		for k := range w.wms {
 			w.wms[k] = preagg.NoWatermark
 		}

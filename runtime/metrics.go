@@ -31,6 +31,7 @@ type metrics struct {
 	lastCkptID     prometheus.Gauge
 	writes         *prometheus.CounterVec
 	refused        *prometheus.CounterVec
+	sinkRetries    *prometheus.CounterVec
 	totalsErrors   prometheus.Counter
 	totalsUp       prometheus.Gauge
 	restores       prometheus.Counter
@@ -64,6 +65,8 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		ckptUploaded:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_checkpoint_uploaded_bytes", Help: "Bytes the last checkpoint added to checkpoint storage (incremental)."}),
 		lastCkptID:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_checkpoint_last_id", Help: "Id of the last completed checkpoint."}),
 		writes:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_sink_writes_total", Help: "Row writes sent to the ad_metrics store, by writer."}, []string{"writer"}),
+		sinkRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_sink_retries_total",
+			Help: "Row write batches sent again while the row store was unavailable (waited out up to --sink-outage-ms), by writer."}, []string{"writer"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_sink_refused_writes_total",
 			Help: "Row writes refused by their condition (closed row or job_gen), by writer; the recount repairs them."}, []string{"writer", "reason"}),
 		totalsErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_totals_errors_total", Help: "Failed running-total writes; dashboards are stale until the store answers and totals are rewritten from state."}),
@@ -79,6 +82,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	for _, w := range []string{"fast", "late"} {
 		m.writes.WithLabelValues(w)
 		m.refused.WithLabelValues(w, "condition")
+		m.sinkRetries.WithLabelValues(w)
 	}
 	for _, s := range []string{"source", "preagg"} {
 		m.blocked.WithLabelValues(s)
@@ -87,7 +91,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	if r != nil {
 		for _, c := range []prometheus.Collector{m.records, m.lateness, m.partials, m.firings, m.watermark, m.watermarkLag,
 			m.shardWatermark, m.shardIdle, m.ckptDuration, m.ckpts, m.ckptSize, m.ckptUploaded, m.lastCkptID, m.writes,
-			m.refused, m.totalsErrors, m.totalsUp, m.restores, m.restoreSecs, m.blocked} {
+			m.refused, m.sinkRetries, m.totalsErrors, m.totalsUp, m.restores, m.restoreSecs, m.blocked} {
 			r.MustRegister(c)
 		}
 	}

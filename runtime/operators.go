@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/adclick/adclick/flush"
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/latepath"
 	"github.com/adclick/adclick/preagg"
@@ -349,6 +350,7 @@ type winSub struct {
 	restored int64 // c: the checkpoint the job restored from
 	gen      int64
 	earlyMs  int64
+	outage   time.Duration // how long an unavailable row store is waited out
 	rows     sink.Rows
 	totals   sink.Totals
 	puts     []sink.Put
@@ -557,7 +559,7 @@ func (w *winSub) flushWrites(ctx context.Context) error {
 				continue
 			}
 			name := [2]string{"fast", "late"}[i]
-			refused, err := w.rows.Put(ctx, puts)
+			refused, err := w.putRows(ctx, name, puts)
 			if err != nil {
 				return fmt.Errorf("runtime: write %s rows: %w", name, err)
 			}
@@ -615,6 +617,39 @@ func (w *winSub) flushWrites(ctx context.Context) error {
 	}
 	w.tots = w.tots[:0]
 	return nil
+}
+
+// putRows writes puts, waiting out a row store that is unavailable for a
+// while: a transient error (throttling, 5xx, timeouts, once the adapter's
+// own retries are spent) is retried after a backoff of 1 s doubling to 30 s,
+// counted in adclick_sink_retries_total, for up to Config.SinkOutageMs; then
+// the job ends with the error, and a restart replays from its checkpoint.
+// Every put is an absolute SET with its conditions, so sending a batch again
+// is safe. Other errors end the job at once.
+func (w *winSub) putRows(ctx context.Context, name string, puts []sink.Put) (int, error) {
+	var start time.Time
+	for attempt := 0; ; attempt++ {
+		refused, err := w.rows.Put(ctx, puts)
+		if err == nil || !flush.IsTransient(err) || ctx.Err() != nil {
+			return refused, err
+		}
+		if attempt == 0 {
+			start = time.Now()
+			w.log.Warn("row store unavailable: waiting it out", "writer", name, "subtask", w.idx, "budget", w.outage, "err", err)
+		}
+		if time.Since(start) >= w.outage {
+			return refused, fmt.Errorf("row store unavailable for %s: %w", time.Since(start).Round(time.Second), err)
+		}
+		w.m.sinkRetries.WithLabelValues(name).Inc()
+		wait := time.Duration(min(int64(1000)<<min(attempt, 5), 30_000)) * time.Millisecond
+		t := time.NewTimer(min(wait, w.outage-time.Since(start)+time.Millisecond))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return refused, context.Cause(ctx)
+		}
+	}
 }
 
 func minOf(v []int64) int64 {

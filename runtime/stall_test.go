@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -164,4 +165,67 @@ func hasLabel(m *dto.Metric, name, v string) bool {
 		}
 	}
 	return false
+}
+
+// transientErr is an error a row store marks transient (as sink/dynamo's
+// *TransientError does once its own retries are spent).
+type transientErr struct{}
+
+func (transientErr) Error() string   { return "row store: throttled (gave up after 15 attempts)" }
+func (transientErr) Transient() bool { return true }
+
+// outageRows fails every Put with a transient error until its outage ends.
+type outageRows struct {
+	*sinktest.MemRows
+	until time.Time
+	fails atomic.Int64
+}
+
+func (o *outageRows) Put(ctx context.Context, puts []sink.Put) (int, error) {
+	if time.Now().Before(o.until) {
+		o.fails.Add(1)
+		return 0, transientErr{}
+	}
+	return o.MemRows.Put(ctx, puts)
+}
+
+// TestShortRowStoreOutageIsWaitedOut: a row store that throttles for a few
+// seconds does not end the job (it used to end it once the adapter's 15
+// attempts were spent, with "context canceled"); the rows end exact. A
+// store that stays unavailable past --sink-outage-ms ends it with the
+// store's error.
+func TestShortRowStoreOutageIsWaitedOut(t *testing.T) {
+	path := writeTrace(t, t.TempDir(), traceOptions(3000, 8))
+	t.Run("short", func(t *testing.T) {
+		rows := &outageRows{MemRows: sinktest.NewMemRows(), until: time.Now().Add(2500 * time.Millisecond)}
+		cfg := replayConfig(t.TempDir(), path)
+		cfg.Rows = rows
+		j, err := Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer j.Close()
+		if err, _ := runBounded(t, j, 60*time.Second); err != nil {
+			t.Fatalf("Run = %v; want the outage waited out", err)
+		}
+		if rows.fails.Load() == 0 {
+			t.Fatal("the outage was never met: the test tests nothing")
+		}
+		checkRows(t, scanRows(t, rows.MemRows), fileReference(t, path))
+	})
+	t.Run("too long", func(t *testing.T) {
+		rows := &outageRows{MemRows: sinktest.NewMemRows(), until: time.Now().Add(time.Hour)}
+		cfg := replayConfig(t.TempDir(), path)
+		cfg.Rows, cfg.SinkOutageMs = rows, 1500
+		j, err := Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer j.Close()
+		err, _ = runBounded(t, j, 60*time.Second)
+		var te transientErr
+		if !errors.As(err, &te) || !strings.Contains(err.Error(), "unavailable for") {
+			t.Fatalf("Run = %v; want the store's error after the outage budget", err)
+		}
+	})
 }

@@ -94,6 +94,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Int64Var(&cfg.CheckpointIntervalMs, "checkpoint-interval-ms", 30000, "checkpoint interval (virtual time in a file replay)")
 	fs.Int64Var(&cfg.CheckpointTimeoutMs, "checkpoint-timeout-ms", 60000, "how long checkpoints may keep failing (each is retried with backoff) before the job exits with the cause, and how long a stop waits for its final checkpoint")
 	fs.IntVar(&cfg.CheckpointsKept, "checkpoints-kept", 3, "completed checkpoints kept")
+	fs.Int64Var(&cfg.SinkOutageMs, "sink-outage-ms", 300000, "how long an unavailable row store (throttling, 5xx, timeouts) is waited out, with backoff, before the job exits with the error")
 	fs.Float64Var(&cfg.FlushWritesPerSec, "flush-writes-per-sec", 0, "rate limit of the full flush's own writes after a restore (0 = 500 for DynamoDB, unlimited for the embedded store)")
 	fs.BoolVar(&cfg.VerifyFlush, "verify-flush", false, "testing: after the flush on start, check that the running totals equal restored state, and fail if not")
 	fs.Int64Var(&cfg.FailAfterRecords, "fail-after-records", 0, "testing: exit abruptly (code 137, no cleanup, no checkpoint) after this many records")
@@ -114,7 +115,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	cfg.AllowanceMs = allowance
 	if err := refuseZero(fs, "watermark-interval-ms", "idle-ms", "window-ms", "horizon-ms", "guard-ms",
-		"preagg-flush-ms", "early-firing-ms", "checkpoint-interval-ms", "checkpoint-timeout-ms", "checkpoints-kept", "job-gen", "max-connections", "lease-ms"); err != nil {
+		"preagg-flush-ms", "early-firing-ms", "checkpoint-interval-ms", "checkpoint-timeout-ms", "checkpoints-kept", "job-gen", "max-connections", "lease-ms", "sink-outage-ms"); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)
