@@ -426,13 +426,13 @@ func (d *driver) control(ctx context.Context, r ctlReq) error {
 }
 
 func (d *driver) publish(t, wm int64) {
-	d.j.m.watermark.Set(float64(wm))
+	d.j.m.watermark.Set(unixSeconds(wm))
 	lag := ingest.Lag(t, wm)
 	if wm != preagg.NoWatermark {
 		d.j.m.watermarkLag.Set(float64(lag) / 1000)
 	}
 	for _, sh := range d.wms.Shards() {
-		d.j.m.shardWatermark.WithLabelValues(sh.ID).Set(float64(sh.Watermark))
+		d.j.m.shardWatermark.WithLabelValues(sh.ID).Set(unixSeconds(sh.Watermark))
 		idle := 0.0
 		if sh.Idle || sh.Closed {
 			idle = 1
@@ -681,6 +681,15 @@ func (d *driver) forgetEpochs(ctx context.Context) {
 	if err := j.totals.ForgetEpochs(fctx, d.forgotten, oldest); err == nil {
 		d.forgotten = oldest
 	}
+}
+
+// unixSeconds returns a watermark (Unix ms) as Prometheus wants times: in
+// seconds; NoWatermark as 0.
+func unixSeconds(ms int64) float64 {
+	if ms == preagg.NoWatermark {
+		return 0
+	}
+	return float64(ms) / 1000
 }
 
 func floorsMin(f []int64) int64 {
