@@ -19,10 +19,12 @@ type memKey struct {
 // NewMemDedup returns an empty MemDedup.
 func NewMemDedup() *MemDedup { return &MemDedup{ids: make(map[memKey]int64)} }
 
-// Insert implements Dedup.
+// Insert implements Dedup. A copy with a later expiry than the one held
+// extends it: the id is remembered until the latest of its copies' expiries.
 func (m *MemDedup) Insert(kg int, id string, expiryMs int64) (bool, error) {
 	k := memKey{kg, id}
-	if _, ok := m.ids[k]; ok {
+	if exp, ok := m.ids[k]; ok {
+		m.ids[k] = max(exp, expiryMs)
 		return false, nil
 	}
 	m.ids[k] = expiryMs

@@ -471,3 +471,28 @@ func TestVerdictString(t *testing.T) {
 		}
 	}
 }
+
+// TestMemDedupKeepsLatestExpiry: a copy with a later impression extends the
+// id's expiry, so a third copy after the first copy's expiry (but inside the
+// second's horizon) is still a duplicate. Before, the in-memory dedup kept
+// the first expiry and counted the third copy.
+func TestMemDedupKeepsLatestExpiry(t *testing.T) {
+	d := NewMemDedup()
+	for i, tc := range []struct {
+		expiry int64
+		expire int64 // Expire(before) after the insert; 0 = none
+		want   bool
+	}{
+		{expiry: 1_000, want: true},
+		{expiry: 5_000, expire: 2_000, want: false},
+		{expiry: 3_000, want: false},
+	} {
+		got, _ := d.Insert(1, "x", tc.expiry)
+		if got != tc.want {
+			t.Fatalf("copy %d: Insert = %v, want %v", i, got, tc.want)
+		}
+		if tc.expire != 0 {
+			d.Expire(0, 128, tc.expire)
+		}
+	}
+}

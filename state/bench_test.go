@@ -109,6 +109,17 @@ func TestDedupLargerThanCache(t *testing.T) {
 	}
 	for _, x := range sample {
 		mustInsert(t, d, x.kg, x.id, x.exp, false)
+		// The same click with another impression: an earlier expiry (in
+		// another filter partition), then a later one (which moves it).
+		mustInsert(t, d, x.kg, x.id, x.exp-hourMs+7, false)
+		mustInsert(t, d, x.kg, x.id, x.exp+45*BucketMs, false)
+	}
+	if err := d.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	d2 := db.NewDedup()
+	for _, x := range sample[:200] {
+		mustInsert(t, d2, x.kg, x.id, x.exp, false)
 	}
 	for range 2000 {
 		mustInsert(t, d, int(r.Uint32()%KeyGroups), randomID(r, buf), int64(r.IntN(7_200_000)), true)
@@ -131,4 +142,169 @@ func BenchmarkDedupInsertMemtable(b *testing.B) {
 			benchmarkDedupInsert(b, Options{MemTableSize: mt})
 		})
 	}
+}
+
+// BenchmarkDedupInsertPipeline drives a Dedup as the pre-aggregator does:
+// batches of 512 clicks, each batch prefetched before it is inserted;
+// impressions trail a virtual clock that advances 10 ms per click, so
+// expiries span the 2 h horizon; the watermark (the clock less 5 s) expires
+// ids once per virtual minute; commits every 50,000 inserts. About 2% of
+// the clicks are resends of a recent click (same impression), and one in
+// 5,000 a copy of a recent id with another impression.
+func BenchmarkDedupInsertPipeline(b *testing.B) {
+	db, _ := openTemp(b, Options{})
+	d := db.NewDedup()
+	r := rand.New(rand.NewPCG(5, 6))
+	buf := make([]byte, 16)
+	ids := make([]string, 0, 1<<16)
+	for range cap(ids) {
+		ids = append(ids, randomID(r, buf))
+	}
+	type click struct {
+		kg  int
+		id  string
+		exp int64
+	}
+	const batch = 512
+	clicks := make([]click, 0, batch)
+	recent := make([]click, 1024)
+	base := int64(1_700_000_000_000)
+	lastExpire := base
+	dups := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for i := 0; i < b.N; {
+		clicks = clicks[:0]
+		for j := 0; j < batch && i+j < b.N; j++ {
+			n := i + j
+			now := base + int64(n)*10
+			c := click{int(r.Uint32() % KeyGroups), ids[n&(len(ids)-1)][:24] + itoa8(n), now - int64(r.IntN(60_000)) + 2*hourMs}
+			switch x := r.IntN(5000); {
+			case x == 0:
+				c = recent[r.IntN(len(recent))]
+				c.exp += int64(r.IntN(2*hourMs)) - hourMs
+			case x < 100:
+				c = recent[r.IntN(len(recent))]
+			default:
+				recent[n%len(recent)] = c
+			}
+			if c.id == "" {
+				c = click{0, "x" + itoa8(n), now + 2*hourMs}
+			}
+			clicks = append(clicks, c)
+		}
+		for _, c := range clicks {
+			d.Prefetch(c.kg, c.id, c.exp)
+		}
+		for _, c := range clicks {
+			ok, err := d.Insert(c.kg, c.id, c.exp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !ok {
+				dups++
+			}
+			if i%50_000 == 49_999 {
+				if err := d.Commit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			i++
+		}
+		if wm := base + int64(i)*10 - 5000; wm-lastExpire >= BucketMs {
+			lastExpire = wm
+			if err := d.Expire(0, KeyGroups, wm); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := d.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(dups)/float64(b.N), "dups/op")
+	b.ReportMetric(float64(d.FilterBytes())/float64(b.N), "filter-B/op")
+}
+
+// BenchmarkDedupFilterPath measures what an Insert of a new id costs in
+// memory alone, the filters and the pending table: after 2.5M ids are
+// inserted and committed over the 2 h horizon (2M of them live), batches
+// of 512 are prefetched then inserted, and the pending table is emptied
+// after each batch instead of committed. Expiry every virtual minute is
+// not timed, nor the first read after it (Pebble then fragments the range
+// deletions of its memtables again, a cost that does not depend on the
+// filters and that the duplicates of a real stream pay anyway).
+func BenchmarkDedupFilterPath(b *testing.B) {
+	db, _ := openTemp(b, Options{DedupBatchBytes: 1 << 30})
+	d := db.NewDedup()
+	r := rand.New(rand.NewPCG(7, 8))
+	buf := make([]byte, 16)
+	ids := make([]string, 0, 1<<16)
+	for range cap(ids) {
+		ids = append(ids, randomID(r, buf)[:24])
+	}
+	const (
+		live   = 2_000_000
+		stepUs = 2 * hourMs * 1000 / live // µs of virtual time per click
+		batch  = 512
+	)
+	base := int64(1_700_000_000_000)
+	n := 0
+	type click struct {
+		kg  int
+		id  string
+		exp int64
+	}
+	clicks := make([]click, batch)
+	lastExpire := base
+	var untimed int64 // CPU ns spent with the timer stopped
+	run := func(count int, commit bool) {
+		for done := 0; done < count; done += batch {
+			for j := range clicks {
+				now := base + int64(n+j)*stepUs/1000
+				clicks[j] = click{int(r.Uint32() % KeyGroups), ids[(n+j)&(len(ids)-1)] + itoa8(n+j), now - int64(r.IntN(60_000)) + 2*hourMs}
+			}
+			for _, c := range clicks {
+				d.Prefetch(c.kg, c.id, c.exp)
+			}
+			for _, c := range clicks {
+				if _, err := d.Insert(c.kg, c.id, c.exp); err != nil {
+					b.Fatal(err)
+				}
+			}
+			n += batch
+			if commit {
+				if err := d.Commit(); err != nil {
+					b.Fatal(err)
+				}
+			} else {
+				d.pending.reset()
+			}
+			if wm := base + int64(n)*stepUs/1000 - 5000; wm-lastExpire >= BucketMs {
+				lastExpire = wm
+				b.StopTimer()
+				c0 := cpuTime()
+				if err := d.Expire(0, KeyGroups, wm); err != nil {
+					b.Fatal(err)
+				}
+				if _, closer, err := db.db.Get([]byte("d\x00\x00\x00\x00\x00\x00\x00\x00\x00x")); err == nil {
+					_ = closer.Close()
+				}
+				untimed += cpuTime() - c0
+				b.StartTimer()
+			}
+		}
+	}
+	run(live+live/4, true)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0, untimed := cpuTime(), int64(0)
+	run(b.N, false)
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime()-cpu0-untimed)/float64(b.N), "cpu-ns/op")
+	ins, dup := d.Count()
+	b.ReportMetric(float64(d.FilterBytes())/float64(live), "filter-B/live-id")
+	b.ReportMetric(float64(dup)/float64(ins+dup), "false-dups")
 }

@@ -38,37 +38,60 @@
 // the id's expiry, floor(expiryMs / 60000), as a big-endian int64 with its
 // sign bit flipped, so that negative times order before positive ones.
 //
-// Why the bucket is in the key: a duplicate is a resend of the same click,
-// so it carries the same impression time and therefore the same expiry
-// (impression + 2 h, computed by the caller). A lookup is a single point Get
-// of (kg, bucket, id), and expiring ids by event time (seed 001 Part 5: the
-// timer at impression + 2 h, never a processing-time TTL) is one DeleteRange
-// per key group over whole buckets whose minute ends at or before the
-// watermark: one write per new click and no separate timer keys. Ids are
-// removed up to a minute after their exact expiry, which only keeps them
-// longer than required.
+// # Dedup identity and expiry
+//
+// A click is identified by (key group, click id) alone: two copies of one
+// id are one click whatever impression (and so expiry) each carries, so
+// Insert answers "duplicate" for any id already present in its key group.
+// The bucket in the key is bookkeeping beside the identity: the DB holds
+// each id once, under the bucket of the latest expiry any of its copies
+// carried. A copy whose expiry lies in a later bucket than the stored one
+// (rare: a resend normally carries the same impression) moves the id: the
+// old key is deleted and the new one set in the same batch. Expiring ids by
+// event time (seed 001 Part 5: the timer at impression + 2 h, never a
+// processing-time TTL) is then one DeleteRange per key group over whole
+// buckets whose minute ends at or before the watermark: one write per new
+// click and no separate timer keys. Ids are removed up to a minute after
+// the latest expiry of their copies, which only keeps them longer than
+// required. (preagg.MemDedup, the reference, keeps an id until its first
+// copy's expiry; keeping it until the latest one is never shorter.)
 //
 // # Dedup batches and filters
 //
 // Each Dedup (one per pre-aggregator subtask, on its own key groups) keeps
-// its uncommitted inserts in memory: the keys back to back in one reused
-// buffer plus a small open-addressing hash table over them, so Insert sees
-// its own pending ids and allocates nothing in steady state. Commit sorts the
-// pending keys and applies them to the DB as one plain batch in key order
-// (the memtable inserts sorted keys faster than random ones); Insert commits
-// by itself once the pending keys pass Options.DedupBatchBytes. (An indexed
-// Pebble batch would cost a second skiplist insert per id, on top of the
+// its uncommitted writes in memory: the keys back to back in one reused
+// buffer plus a small open-addressing hash table over them, indexed by
+// (key group, id), so Insert sees its own pending ids whatever their bucket
+// and allocates nothing in steady state. Commit sorts the pending keys and
+// applies them to the DB as one plain batch in key order (the memtable
+// inserts sorted keys faster than random ones); Insert commits by itself
+// once the pending keys pass Options.DedupBatchBytes. (An indexed Pebble
+// batch would cost a second skiplist insert per id, on top of the
 // memtable's.)
 //
 // Most Inserts are new ids, and proving absence through Pebble (the
-// memtables, every level's filter) costs several microseconds. So a Dedup
-// also keeps an in-memory split-block Bloom filter per (key group, expiry
-// bucket), 12 bits per id (about 1.5 bytes of memory per live id, 15 MB for
-// 10M ids, see FilterBytes): when it says "absent", the id is new without
-// touching Pebble; when it says "maybe" (every duplicate, and about 0.5% of
-// new ids), the pending set and then a point Get decide. Filters of expired
-// buckets are dropped by Expire. A key group's filters are built from the DB
-// on the Dedup's first use of that key group (after a restore this reads
-// every id of the key group once), which is why two Dedups must not share a
-// key group.
+// memtables, every level's filter) costs several microseconds, more so
+// when the id could be in any of a hundred buckets. So a Dedup also keeps
+// an in-memory split-block Bloom filter per (key group, partition of 32
+// expiry buckets), and per partition a bitmask of the buckets that hold
+// ids. Each id sets, in one 64-byte block, 8 bits from its hash and 8 bits
+// from its hash mixed with its bucket's offset in the partition (24 bits
+// per id: 3 bytes per id held; a new partition is sized for 1.5 times the
+// largest of its key group, so 4–6 bytes per live id, see FilterBytes). An
+// Insert tests the block of its id in every live partition of its key
+// group (four or five for a 2 h horizon, read ahead by Prefetch); when all
+// say "absent", the id is new without touching Pebble. When one says
+// "maybe" (every duplicate, and under 1% of new ids), the pending set
+// decides, or else a point Get in each bucket of the partitions that hit
+// whose tag bits match too (usually only the id's own bucket; well under
+// 0.5% of new ids need one Get in vain). Expire clears expired buckets from
+// the bitmasks and drops a partition's filter once none of its buckets
+// holds ids, so a filter holds expired ids up to 32 minutes longer than the
+// DB, which costs memory and lookups only. A full filter is rebuilt four
+// times as large from its partition's keys in the DB and the pending
+// batch: each filter stays a single Bloom filter, one block per partition
+// to test. A key group's filters are built from the DB on the
+// Dedup's first use of that key group (after a restore this reads every id
+// of the key group once), which is why two Dedups must not share a key
+// group.
 package state

@@ -2,15 +2,19 @@ package state
 
 import "math/bits"
 
-// filterBitsPerKey sizes the in-memory filters: 12 bits per id give a false
-// positive rate near 0.5% for a split-block Bloom filter.
-const filterBitsPerKey = 12
+// filterBitsPerKey sizes the in-memory filters: 24 bits per id, half for
+// the id alone and half for the id tagged with its bucket, give a false
+// positive rate near 0.5% for each of the two questions.
+const filterBitsPerKey = 24
 
-// blockBloom is a split-block Bloom filter (the layout Parquet uses): 256-bit
-// blocks of eight 32-bit words; a key sets one bit in each word of one
-// block, so a lookup touches a single cache line.
+// blockBloom is a split-block Bloom filter (the layout Parquet uses) whose
+// 512-bit blocks (one cache line) hold two halves of eight 32-bit words: a
+// key sets one bit in each word of the first half from its hash alone, and
+// one bit in each word of the second half from its hash mixed with a tag
+// (the key's bucket within its partition). So "is the id here?" and "is the
+// id here with this tag?" both touch the single cache line the hash picks.
 type blockBloom struct {
-	blocks [][8]uint32
+	blocks [][16]uint32
 	n, cap int
 }
 
@@ -20,31 +24,51 @@ var bloomSalt = [8]uint32{
 }
 
 func newBlockBloom(capacity int) *blockBloom {
-	nb := (capacity*filterBitsPerKey + 255) / 256
+	nb := (capacity*filterBitsPerKey + 511) / 512
 	if nb < 1 {
 		nb = 1
 	}
-	return &blockBloom{blocks: make([][8]uint32, nb), cap: capacity}
+	return &blockBloom{blocks: make([][16]uint32, nb), cap: capacity}
 }
 
-func (f *blockBloom) block(h uint64) *[8]uint32 {
+func (f *blockBloom) block(h uint64) *[16]uint32 {
 	hi, _ := bits.Mul64(h, uint64(len(f.blocks)))
 	return &f.blocks[hi]
 }
 
-func (f *blockBloom) add(h uint64) {
+// tagKey mixes hash h with tag into the 32 bits that choose the second
+// half's bits. The whole of h is mixed in: its high bits also choose the
+// block, so they alone would vary little between the keys of one block.
+func tagKey(h uint64, tag uint32) uint32 {
+	x := h + uint64(tag+1)*0x9e3779b97f4a7c15
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return uint32(x >> 32)
+}
+
+// add records hash h with tag.
+func (f *blockBloom) add(h uint64, tag uint32) {
 	b := f.block(h)
-	k := uint32(h)
-	for i := range b {
+	k, t := uint32(h), tagKey(h, tag)
+	for i := range 8 {
 		b[i] |= 1 << ((k * bloomSalt[i]) >> 27)
+		b[8+i] |= 1 << ((t * bloomSalt[i]) >> 27)
 	}
 	f.n++
 }
 
-func (f *blockBloom) mayContain(h uint64) bool {
-	b := f.block(h)
+// mayContain reports whether h may have been added, with any tag.
+func (f *blockBloom) mayContain(h uint64) bool { return blocksMayContain(f.blocks, h) }
+
+// blocksMayContain is mayContain on a filter's blocks: the Dedup keeps the
+// blocks of every filter it probes side by side, one load away.
+func blocksMayContain(blocks [][16]uint32, h uint64) bool {
+	hi, _ := bits.Mul64(h, uint64(len(blocks)))
+	b := &blocks[hi]
 	k := uint32(h)
-	for i := range b {
+	for i := range 8 {
 		if b[i]&(1<<((k*bloomSalt[i])>>27)) == 0 {
 			return false
 		}
@@ -52,43 +76,21 @@ func (f *blockBloom) mayContain(h uint64) bool {
 	return true
 }
 
-// filter is a growable set of Bloom filters: when the newest is full, a new
-// one four times larger is added. Lookups probe every stage; sizing new
-// filters from the largest one seen keeps it to one stage in steady state.
-type filter struct {
-	stages []*blockBloom
-	n      int
-}
-
-func newFilter(capacity int) *filter {
-	return &filter{stages: []*blockBloom{newBlockBloom(capacity)}}
-}
-
-func (f *filter) add(h uint64) {
-	last := f.stages[len(f.stages)-1]
-	if last.n >= last.cap {
-		last = newBlockBloom(last.cap * 4)
-		f.stages = append(f.stages, last)
-	}
-	last.add(h)
-	f.n++
-}
-
-func (f *filter) mayContain(h uint64) bool {
-	for _, s := range f.stages {
-		if s.mayContain(h) {
-			return true
+// mayContainTag reports whether h may have been added with tag.
+func (f *blockBloom) mayContainTag(h uint64, tag uint32) bool {
+	b := f.block(h)
+	t := tagKey(h, tag)
+	for i := range 8 {
+		if b[8+i]&(1<<((t*bloomSalt[i])>>27)) == 0 {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
-func (f *filter) count() int { return f.n }
+// full reports whether f holds as many keys as it was sized for.
+func (f *blockBloom) full() bool { return f.n >= f.cap }
 
-func (f *filter) sizeBytes() int {
-	n := 0
-	for _, s := range f.stages {
-		n += len(s.blocks) * 32
-	}
-	return n
-}
+func (f *blockBloom) count() int { return f.n }
+
+func (f *blockBloom) sizeBytes() int { return len(f.blocks) * 64 }

@@ -7,28 +7,36 @@ import (
 	"slices"
 )
 
-// pendingSet holds a Dedup's inserts not yet written to the DB: the keys
+// pendingSet holds a Dedup's writes not yet applied to the DB: the keys
 // back to back in one arena, an entry per key, and an open-addressing hash
-// table over the entries for the rare "seen?" question the Bloom filter
-// cannot answer. Memory is reused across commits, so an Insert allocates
-// nothing in steady state.
+// table over the entries that set a key, indexed by (key group, id), for
+// the rare "seen?" question the Bloom filters cannot answer. An entry
+// either sets a key (a new id, or an id moved to a later bucket) or deletes
+// one (the bucket an id moved from). Memory is reused across commits, so an
+// Insert allocates nothing in steady state.
 type pendingSet struct {
 	arena []byte
 	ents  []pendingEnt
-	// table holds entry index + 1 (0 = empty slot); its length is a power of
-	// two kept at least twice the number of entries.
+	// table holds entry index + 1 (0 = empty slot) of every entry that sets
+	// a key; its length is a power of two kept at least twice the number of
+	// entries.
 	table []uint32
 	order []sortEnt // reused by sorted
 }
 
 // pendingEnt is one pending key: arena[off:off+n], in key group kg and
-// expiry bucket.
+// expiry bucket, to set or (del) to delete.
 type pendingEnt struct {
 	bucket int64
 	hash   uint64
 	off, n uint32
 	kg     uint8
+	del    bool
 }
+
+// keyIDOff is the offset of the click id in a dedup key: prefix, key
+// group, bucket.
+const keyIDOff = 2 + 8
 
 // sortEnt orders entry i by k: key group, bucket relative to the batch's
 // smallest, the id's first six bytes (or, for a bucket 511 or more after
@@ -47,36 +55,43 @@ func (p *pendingSet) sizeBytes() int { return len(p.arena) + 4*len(p.ents) }
 
 func (p *pendingSet) key(e *pendingEnt) []byte { return p.arena[e.off : e.off+e.n] }
 
-// pendingHash mixes the filter hash of an id with its key group and bucket.
-func pendingHash(h uint64, kg int, bucket int64) uint64 {
-	x := h ^ (uint64(bucket)*0x9e3779b97f4a7c15 + uint64(kg))
+// pendingHash mixes the filter hash of an id with its key group. The bucket
+// is not part of it: an id is pending at most once per key group, whatever
+// its bucket.
+func pendingHash(h uint64, kg int) uint64 {
+	x := h ^ (uint64(kg) * 0x9e3779b97f4a7c15)
 	x ^= x >> 32
 	x *= 0xd6e8feb86659fd93
 	x ^= x >> 32
 	return x
 }
 
-// contains reports whether key (with hash ph) is pending.
-func (p *pendingSet) contains(key []byte, ph uint64) bool {
+// find returns the index of the entry that sets id in key group kg (with
+// hash ph), or -1.
+func (p *pendingSet) find(kg int, id string, ph uint64) int {
 	if len(p.table) == 0 {
-		return false
+		return -1
 	}
 	mask := uint64(len(p.table) - 1)
 	for i := ph & mask; ; i = (i + 1) & mask {
 		s := p.table[i]
 		if s == 0 {
-			return false
+			return -1
 		}
 		e := &p.ents[s-1]
-		if e.hash == ph && bytes.Equal(p.key(e), key) {
-			return true
+		if e.hash == ph && int(e.kg) == kg && string(p.arena[e.off+keyIDOff:e.off+e.n]) == id {
+			return int(s - 1)
 		}
 	}
 }
 
-// add records the key arena[off:] (just appended by the caller, not
-// pending yet) for key group kg and bucket, with hash ph.
-func (p *pendingSet) add(off int, kg int, bucket int64, id string, ph uint64) {
+// add appends the key (kg, bucket, id) to set, or (del) to delete, with
+// hash ph. The caller has made sure that no entry sets id in kg yet (for a
+// set) and that the key is not pending (for a delete): the keys stay
+// distinct.
+func (p *pendingSet) add(kg int, bucket int64, id string, ph uint64, del bool) {
+	off := len(p.arena)
+	p.arena = append(appendDedupKey(p.arena, kg, bucket), id...)
 	if 2*(len(p.ents)+1) > len(p.table) {
 		p.grow()
 	}
@@ -86,8 +101,18 @@ func (p *pendingSet) add(off int, kg int, bucket int64, id string, ph uint64) {
 		off:    uint32(off),
 		n:      uint32(len(p.arena) - off),
 		kg:     uint8(kg),
+		del:    del,
 	})
-	p.place(uint32(len(p.ents)))
+	if !del {
+		p.place(uint32(len(p.ents)))
+	}
+}
+
+// setBucket moves entry i (one that sets a key) to bucket.
+func (p *pendingSet) setBucket(i int, bucket int64) {
+	e := &p.ents[i]
+	e.bucket = bucket
+	binary.BigEndian.PutUint64(p.arena[e.off+2:], uint64(bucket)^(1<<63))
 }
 
 func (p *pendingSet) place(slot uint32) {
@@ -104,7 +129,9 @@ func (p *pendingSet) grow() {
 	n := max(1024, 2*len(p.table))
 	p.table = make([]uint32, n)
 	for i := range p.ents {
-		p.place(uint32(i + 1))
+		if !p.ents[i].del {
+			p.place(uint32(i + 1))
+		}
 	}
 }
 
@@ -118,14 +145,13 @@ func (p *pendingSet) sorted() []sortEnt {
 	for i := range p.ents {
 		minB = min(minB, p.ents[i].bucket)
 	}
-	const idOff = 2 + 8 // prefix, key group, bucket
 	o := p.order[:0]
 	for i := range p.ents {
 		e := &p.ents[i]
 		k := uint64(e.kg)<<57 | 511<<48 // a far bucket: ties, ordered by the whole key
 		if d := e.bucket - minB; d >= 0 && d < 511 {
 			var pfx [8]byte
-			copy(pfx[2:], p.arena[e.off+idOff:e.off+e.n])
+			copy(pfx[2:], p.arena[e.off+keyIDOff:e.off+e.n])
 			k = uint64(e.kg)<<57 | uint64(d)<<48 | binary.BigEndian.Uint64(pfx[:])
 		}
 		o = append(o, sortEnt{k: k, i: uint32(i)})

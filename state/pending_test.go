@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 )
@@ -46,7 +47,6 @@ func TestDedupPendingManyAndDiscard(t *testing.T) {
 
 func TestPendingSortOrdersLikeKeys(t *testing.T) {
 	var p pendingSet
-	d := &Dedup{}
 	type in struct {
 		kg     int
 		bucket int64
@@ -59,9 +59,7 @@ func TestPendingSortOrdersLikeKeys(t *testing.T) {
 		{127, -(1 << 40), "y"}, {1, 1 << 62, "z"}, {1, -(1 << 62), "z"},
 	}
 	for i, x := range ins {
-		off := len(p.arena)
-		p.arena = append(d.appendKey(p.arena, x.kg, x.bucket), x.id...)
-		p.add(off, x.kg, x.bucket, x.id, uint64(i))
+		p.add(x.kg, x.bucket, x.id, uint64(i), i%3 == 0) // some deletes among the sets
 	}
 	order := p.sorted()
 	for i := 1; i < len(order); i++ {
@@ -93,4 +91,33 @@ func TestPrefetchChangesNothing(t *testing.T) {
 	mustInsert(t, d, 5, "b", 1000, true)
 	mustInsert(t, d, 5, "c", 9_000_000, true)
 	mustInsert(t, d, 5, "c", 9_000_000, false)
+}
+
+// TestPendingFindByID: an id is found by (key group, id) whatever its
+// bucket, also after setBucket moved it; delete entries are never found.
+func TestPendingFindByID(t *testing.T) {
+	var p pendingSet
+	p.add(3, 10, "x", pendingHash(1, 3), false)
+	p.add(3, 7, "y", pendingHash(2, 3), true) // a delete: not findable
+	p.add(4, 10, "x", pendingHash(1, 4), false)
+	p.setBucket(0, 12)
+	for _, tc := range []struct {
+		kg   int
+		id   string
+		h    uint64
+		want int
+	}{
+		{3, "x", 1, 0},
+		{4, "x", 1, 2},
+		{3, "y", 2, -1},
+		{5, "x", 1, -1},
+		{3, "xx", 1, -1},
+	} {
+		if got := p.find(tc.kg, tc.id, pendingHash(tc.h, tc.kg)); got != tc.want {
+			t.Errorf("find(%d, %q) = %d, want %d", tc.kg, tc.id, got, tc.want)
+		}
+	}
+	if got, want := p.key(&p.ents[0]), append(appendDedupKey(nil, 3, 12), 'x'); !bytes.Equal(got, want) || p.ents[0].bucket != 12 {
+		t.Errorf("after setBucket(0, 12): key %x bucket %d, want %x, 12", got, p.ents[0].bucket, want)
+	}
 }
