@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/ingest"
@@ -131,40 +130,10 @@ func TestCheckpointStoreDownEndsTheJob(t *testing.T) {
 	if !sawNotReady {
 		t.Error("the job never reported not ready while its checkpoints failed")
 	}
-	failed := counterWith(t, reg, "adclick_checkpoints_total", "result", "failed")
+	failed, _ := metricValueLabel(t, reg, "adclick_checkpoints_total", "result", "failed")
 	if failed < 2 {
 		t.Errorf("failed checkpoints counted: %v; want at least 2 (retries)", failed)
 	}
-}
-
-// counterWith returns the value of the series of counter name whose label
-// has value v.
-func counterWith(t *testing.T, reg prometheus.Gatherer, name, label, v string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if hasLabel(m, label, v) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
-}
-
-func hasLabel(m *dto.Metric, name, v string) bool {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name && l.GetValue() == v {
-			return true
-		}
-	}
-	return false
 }
 
 // transientErr is an error a row store marks transient (as sink/dynamo's

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -78,21 +77,8 @@ func TestZeroIsRefusedWhereItMeansNothing(t *testing.T) {
 // runStderr runs the binary, checks its exit code and returns its stderr.
 func runStderr(t *testing.T, wantCode int, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(binPath, args...)
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("adclick %v: %v", args, err)
-	}
-	if code != wantCode {
-		t.Fatalf("adclick %v: exit code %d, want %d\nstderr:\n%s", args, code, wantCode, errb.String())
-	}
-	return errb.String()
+	_, stderr := runBoth(t, wantCode, args...)
+	return string(stderr)
 }
 
 // TestArrivalJumpIsBounded: in a file replay, one line whose arrival_ms is

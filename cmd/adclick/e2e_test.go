@@ -57,8 +57,16 @@ func genTraceRate(t *testing.T, path string, clicks int, seed int, rate float64)
 var runFlags = []string{"--listen", "", "--progress", "0", "--parallelism", "2", "--checkpoint-interval-ms", "5000",
 	"--flush-writes-per-sec", "1000000", "--log-level", "warn"}
 
-// run runs the binary and checks its exit code.
+// run runs the binary, checks its exit code and returns its stdout.
 func run(t *testing.T, wantCode int, args ...string) []byte {
+	t.Helper()
+	out, _ := runBoth(t, wantCode, args...)
+	return out
+}
+
+// runBoth runs the binary, checks its exit code and returns its stdout and
+// stderr.
+func runBoth(t *testing.T, wantCode int, args ...string) ([]byte, []byte) {
 	t.Helper()
 	cmd := exec.Command(binPath, args...)
 	var out, errb bytes.Buffer
@@ -74,7 +82,7 @@ func run(t *testing.T, wantCode int, args ...string) []byte {
 	if code != wantCode {
 		t.Fatalf("adclick %v: exit code %d, want %d\nstderr:\n%s", args, code, wantCode, errb.String())
 	}
-	return out.Bytes()
+	return out.Bytes(), errb.Bytes()
 }
 
 func replay(t *testing.T, trace, data string, extra ...string) {
