@@ -414,6 +414,13 @@ func (d *driver) control(ctx context.Context, r ctlReq) error {
 		resp.meta, resp.path, resp.err = d.checkpointRetry(ctx, true, r.savepoint)
 	case ctlRewrite:
 		resp.err = d.broadcast(ctx, toPre{kind: mRewrite, procMs: d.procMs})
+	case ctlCheckpoint:
+		resp.meta, resp.path, resp.err = d.checkpointAs(ctx, d.procMs, false, false)
+		r.reply <- resp
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return nil
 	}
 	r.reply <- resp
 	if resp.err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/adclick/adclick/flush"
 )
@@ -18,6 +19,7 @@ const (
 	ctlSavepoint ctlKind = iota + 1
 	ctlStop
 	ctlRewrite
+	ctlCheckpoint // a checkpoint now (not kept as a savepoint)
 )
 
 type ctlReq struct {
@@ -89,6 +91,34 @@ func (j *Job) Sweep(ctx context.Context, gen, since, high int64) (flush.Report, 
 	// did not change) would stay without them. Rewrite them from state.
 	if _, _, err := j.control(ctx, ctlReq{kind: ctlRewrite}); err != nil && !errors.Is(err, ErrNotRunning) {
 		return rep, fmt.Errorf("runtime: rewrite after sweep: %w", err)
+	}
+	// Running totals carry no generation: a window both versions closed
+	// keeps the total the old one wrote last. Once a checkpoint has
+	// completed after the sweep, every window it closes has this
+	// generation's row (or the old one's from before the savepoint): the
+	// totals of those windows are rebuilt from the rows.
+	if j.totals == nil {
+		return rep, nil
+	}
+	meta, _, err := j.control(ctx, ctlReq{kind: ctlCheckpoint})
+	if errors.Is(err, ErrNotRunning) {
+		return rep, nil
+	}
+	if err != nil {
+		return rep, fmt.Errorf("runtime: checkpoint after sweep: %w", err)
+	}
+	var minuteFrom, hourFrom int64
+	if w, ok := j.plainTotals.(wipeDetector); ok && !strings.HasPrefix(j.cfg.Source, "file:") {
+		minTTL, hourTTL := w.TTLs()
+		now := j.cfg.Clock.NowMs()
+		minuteFrom, hourFrom = now-minTTL.Milliseconds(), now-hourTTL.Milliseconds()
+	}
+	oldest, _ := j.ckpts.oldestRestorable(ctx)
+	if _, err := flush.RebuildTotals(ctx, j.rows, j.totals, minuteFrom, flush.RebuildOptions{
+		ClosedBy: meta.Watermark, HourFromMs: hourFrom, OldestEpoch: oldest,
+		Registerer: j.cfg.Registerer, Logger: j.log,
+	}); err != nil {
+		return rep, fmt.Errorf("runtime: rebuild running totals after sweep: %w", err)
 	}
 	return rep, nil
 }
