@@ -3,6 +3,7 @@
 package clock
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 )
@@ -39,5 +40,21 @@ func (v *Virtual) Set(ms int64) {
 		if ms <= cur || v.ms.CompareAndSwap(cur, ms) {
 			return
 		}
+	}
+}
+
+// Sleep waits for d of real time or until ctx is done, and returns ctx's
+// error in that case (or at once, for d <= 0, if ctx is done).
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/adclick/adclick/clock"
 )
 
 // Clock is the time source of the drivers: the duration in the Report and
@@ -25,19 +27,7 @@ type RealClock struct{}
 func (RealClock) Now() time.Time { return time.Now() }
 
 // Sleep waits for d or until ctx is done.
-func (RealClock) Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (RealClock) Sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, d) }
 
 // bucket is a token bucket: rate tokens a second, holding at most burst.
 // One token pays for one write. A request larger than what the bucket holds

@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/adclick/adclick/clock"
 )
 
 // KeyGroups is the number of key groups of a job (windowing.MaxParallelism):
@@ -168,16 +170,4 @@ type systemClock struct{ origin time.Time }
 func (c systemClock) Now() time.Duration { return time.Since(c.origin) }
 func (systemClock) Wall() time.Time      { return time.Now() }
 
-func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (systemClock) Sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, d) }
