@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/adclick/adclick/clock"
 	"github.com/adclick/adclick/ingest"
@@ -46,6 +47,7 @@ type source interface {
 type fileSource struct {
 	fs   *ingest.FileSource
 	done int64 // offset after the last routed line
+	pos  positions
 }
 
 func (f *fileSource) next(context.Context, time.Duration) (record, bool, error) {
@@ -54,18 +56,31 @@ func (f *fileSource) next(context.Context, time.Duration) (record, bool, error) 
 	if err != nil {
 		return record{}, false, err
 	}
-	return record{line: l, truncated: tr, seq: padPos(at)}, true, nil
+	return record{line: l, truncated: tr, seq: f.pos.format(at)}, true, nil
 }
 
-// padPos formats a file offset or generator index as a position that
-// sorts as a string: 20 digits, zero-padded.
-func padPos(n int64) string {
-	var b [20]byte
-	for i := len(b) - 1; i >= 0; i-- {
+// posWidth is the width of a formatted position: 20 digits, zero-padded,
+// so that positions sort as strings.
+const posWidth = 20
+
+// positions formats file offsets and generator indexes as position strings
+// without an allocation per record: each string is cut from a chunk that
+// is never written again once handed out (a new chunk replaces a full one),
+// so the strings stay valid for as long as anything refers to them.
+type positions struct{ chunk []byte }
+
+func (p *positions) format(n int64) string {
+	if len(p.chunk)+posWidth > cap(p.chunk) {
+		p.chunk = make([]byte, 0, 4096*posWidth)
+	}
+	off := len(p.chunk)
+	p.chunk = p.chunk[:off+posWidth]
+	b := p.chunk[off:]
+	for i := posWidth - 1; i >= 0; i-- {
 		b[i] = byte('0' + n%10)
 		n /= 10
 	}
-	return string(b[:])
+	return unsafe.String(&b[0], posWidth)
 }
 func (f *fileSource) routed() { f.done = f.fs.Offset() }
 func (f *fileSource) positions() map[string]string {
@@ -85,6 +100,7 @@ type genSource struct {
 	arr     int64
 	have    bool
 	routedN int64
+	pos     positions
 }
 
 func (s *genSource) next(ctx context.Context, wait time.Duration) (record, bool, error) {
@@ -108,7 +124,7 @@ func (s *genSource) next(ctx context.Context, wait time.Duration) (record, bool,
 		}
 	}
 	s.have = false
-	return record{line: s.line, seq: padPos(s.routedN)}, true, nil
+	return record{line: s.line, seq: s.pos.format(s.routedN)}, true, nil
 }
 func (s *genSource) routed() { s.routedN++ }
 func (s *genSource) positions() map[string]string {
