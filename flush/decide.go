@@ -127,25 +127,20 @@ func Decide(it sink.Item, w sink.Writer, c int64, st State) Action {
 		} else {
 			act.Kind = DeleteItem
 		}
-	case w == sink.Late && hour:
-		if st != nil {
-			if v, s, ok := st.LateTotal(it.Entity, startMs); ok {
-				act.Kind = RewriteLate
-				act.Valid, act.SpendMicros, act.Epoch = v, s, c
-				return act
-			}
-		}
+	case hour: // late_* or the fast roll-up: rewritten from state, or removed
 		act.Kind = RemoveAttrs
-	case w == sink.Fast && hour:
-		if st != nil {
-			if v, s, ok := st.HourFast(it.Entity, startMs); ok {
-				act.Kind = RewriteFast
-				act.Valid, act.SpendMicros, act.Epoch = v, s, c
-				return act
-			}
+		if st == nil {
+			return act
 		}
-		act.Kind = RemoveAttrs
-	default: // late where it does not belong
+		get, kind := st.LateTotal, RewriteLate
+		if w == sink.Fast {
+			get, kind = st.HourFast, RewriteFast
+		}
+		if v, s, ok := get(it.Entity, startMs); ok {
+			act.Kind = kind
+			act.Valid, act.SpendMicros, act.Epoch = v, s, c
+		}
+	default: // late_* on a minute item, where it does not belong
 		act.Kind = RemoveAttrs
 	}
 	return act

@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/adclick/adclick/clock"
 )
 
 // errClass is what the Store does with a failed request.
@@ -93,16 +95,7 @@ func backoff(base, max time.Duration, n int) time.Duration {
 }
 
 // sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+var sleep = clock.Sleep
 
 // errCondition marks a request refused by its condition expression.
 var errCondition = errors.New("dynamo: condition failed")
