@@ -199,8 +199,8 @@ func (r *runner) load(ctx context.Context, h int64, stream bool) (*partition, er
 	if stream {
 		r.sortStream(p.stream)
 	}
-	if r.o.Metrics != nil {
-		r.o.Metrics.rowsRead.Add(float64(p.rows))
+	if r.o.m != nil {
+		r.o.m.rowsRead.Add(float64(p.rows))
 	}
 	r.cache[h] = p
 	return p, nil

@@ -44,5 +44,7 @@
 // Flush(ctx, epoch) at every barrier before acknowledging it, and nothing
 // else; RemoveEpochs runs once after a restore, before any new output. A
 // Finalizer runs in its own goroutine (Run(ctx)) and recounts hours once the
-// last completed checkpoint's watermark makes them final.
+// last completed checkpoint's watermark makes them final. Its metrics
+// (adclick_recount_*, adclick_reconcile_*) are registered with
+// Options.Registerer, the job's.
 package recount

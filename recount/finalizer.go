@@ -13,7 +13,8 @@ import (
 // noted.
 type FinalizerOptions struct {
 	// Recount holds the stores, generation, judge, margin, logger and
-	// metrics of every recount; Watermark is required (the last completed
+	// registerer of every recount (its metrics are registered once, by
+	// NewFinalizer); Watermark is required (the last completed
 	// checkpoint's watermark). Hours, Force and NoWrite are ignored.
 	Recount Options
 	// Interval between rounds; default 1 minute.
@@ -52,6 +53,9 @@ func NewFinalizer(o FinalizerOptions) (*Finalizer, error) {
 		return nil, errors.New("recount: finalizer: a watermark function is required")
 	}
 	if err := o.Recount.validate(); err != nil {
+		return nil, err
+	}
+	if err := o.Recount.ensureMetrics(); err != nil {
 		return nil, err
 	}
 	return &Finalizer{o: o}, nil

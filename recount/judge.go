@@ -1,11 +1,6 @@
 package recount
 
-import (
-	"strings"
-
-	"github.com/adclick/adclick/ingest"
-	"github.com/adclick/adclick/latepath"
-)
+import "github.com/adclick/adclick/ingest"
 
 // Judge is the batch's decision about one lake row, made with the stream's
 // own validation code and a deterministic stand-in for its watermark.
@@ -59,28 +54,6 @@ const (
 	// BeyondHorizon: valid, but beyond the acceptance horizon.
 	BeyondHorizon
 )
-
-// Decide re-validates r and judges its horizon. A row whose verdict is
-// invalid:<reason> stays invalid: the lake does not keep the payload of a
-// decodable click, so the decoding checks (types, Unicode, duplicate keys)
-// cannot be repeated. Every other row is rebuilt as an ingest.Click and
-// checked with Validate and Finish, which also recompute its event time;
-// the returned click carries it.
-func (j *Judge) Decide(r *Row) (ingest.Click, Outcome, string) {
-	if strings.HasPrefix(r.Verdict, latepath.InvalidPrefix) {
-		return ingest.Click{}, Invalid, r.Verdict
-	}
-	c := ingest.Click{ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, DeviceID: r.DeviceID,
-		ImpressionMs: r.ImpressionMs, DeviceMs: r.DeviceMs, SpendMicros: r.SpendMicros, Shard: r.Shard}
-	out, reason := j.decide(&c, r.ArrivalMs)
-	if reason != "" {
-		return c, out, latepath.InvalidPrefix + string(reason)
-	}
-	if out == BeyondHorizon {
-		return c, out, latepath.VerdictBeyondHorizon
-	}
-	return c, out, ""
-}
 
 // decide judges c (a row whose verdict is not invalid, rebuilt as a click
 // without its arrival time) against arrivalMs; it sets c's event time.

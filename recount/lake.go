@@ -68,17 +68,6 @@ func rawBytes(s string) []byte {
 	return []byte(s)
 }
 
-// FromRecord returns the row of r in epoch.
-func FromRecord(r *latepath.Record, epoch int64) Row {
-	raw := r.Raw
-	if len(raw) > latepath.MaxRaw {
-		raw = raw[:latepath.MaxRaw]
-	}
-	return Row{Verdict: r.Verdict, ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, DeviceID: r.DeviceID,
-		ImpressionMs: r.ImpressionMs, DeviceMs: r.DeviceMs, EventMs: r.EventMs, ArrivalMs: r.ArrivalMs,
-		SpendMicros: r.SpendMicros, Shard: r.Shard, Seq: r.Seq, Raw: rawBytes(raw), EventHourMs: PartitionHour(r), Epoch: epoch}
-}
-
 // Record returns the row as a latepath.Record.
 func (r *Row) Record() latepath.Record {
 	return latepath.Record{Verdict: r.Verdict, ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, DeviceID: r.DeviceID,
@@ -394,17 +383,6 @@ func (w *Writer) encode(rows []Row) ([]byte, error) {
 	return w.buf.Bytes(), nil
 }
 
-// EncodeRows returns rows as one Parquet object of the lake's schema (for
-// tools and tests that build lake objects directly).
-func EncodeRows(rows []Row) ([]byte, error) {
-	var w Writer
-	b, err := w.encode(rows)
-	if err != nil {
-		return nil, fmt.Errorf("recount: %w", err)
-	}
-	return b, nil
-}
-
 // RemoveEpochs removes every lake object of epochs ≥ from, as listed by the
 // epochs' manifests, then the manifests. The flush after a restore from
 // checkpoint c calls it with from = c before any new output. It is
@@ -463,21 +441,6 @@ func manifestEpoch(key string) (int64, bool) {
 		return 0, false
 	}
 	e, err := strconv.ParseInt(num, 10, 64)
-	return e, err == nil
-}
-
-// objectEpoch parses the epoch of an object key made by ObjectKey.
-func objectEpoch(key string) (int64, bool) {
-	base := key[strings.LastIndexByte(key, '/')+1:]
-	base, ok := strings.CutSuffix(base, ".parquet")
-	if !ok {
-		return 0, false
-	}
-	i := strings.LastIndex(base, "-e")
-	if i < 0 {
-		return 0, false
-	}
-	e, err := strconv.ParseInt(base[i+2:], 10, 64)
 	return e, err == nil
 }
 

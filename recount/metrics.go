@@ -1,13 +1,14 @@
 package recount
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the recount's Prometheus metrics. Safe for concurrent use.
-type Metrics struct {
+// metrics are the recount's Prometheus metrics. Safe for concurrent use.
+type metrics struct {
 	hours      *prometheus.CounterVec
 	rowsRead   prometheus.Counter
 	lastHour   prometheus.Gauge
@@ -16,9 +17,11 @@ type Metrics struct {
 	refused    prometheus.Counter
 }
 
-// NewMetrics returns the metrics, registered with r (nil = not registered).
-func NewMetrics(r prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{
+// newMetrics returns the metrics, registered with r. A metric already
+// registered with r by an earlier recount (the same name, help and labels)
+// is shared, so that every recount of a process adds to the same series.
+func newMetrics(r prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
 		hours: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_recount_hours_total",
 			Help: "Hours recounted, by outcome: final (written), not_final (refused: not ready), checked (reconciled without writing)."}, []string{"outcome"}),
 		rowsRead: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_recount_rows_read_total",
@@ -33,15 +36,38 @@ func NewMetrics(r prometheus.Registerer) (*Metrics, error) {
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_recount_final_refused_total",
 			Help: "final_* writes refused because a newer generation had already written the row."}),
 	}
+	var errs []error
+	m.hours = register(r, m.hours, &errs)
+	m.rowsRead = register(r, m.rowsRead, &errs)
+	m.lastHour = register(r, m.lastHour, &errs)
+	m.reconcile = register(r, m.reconcile, &errs)
+	m.unbalanced = register(r, m.unbalanced, &errs)
+	m.refused = register(r, m.refused, &errs)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("recount: register metrics: %w", err)
+	}
+	for _, out := range []string{"final", "not_final", "checked"} {
+		m.hours.WithLabelValues(out)
+	}
 	for _, res := range []string{"fast", "late", "final", "a", "b", "unexplained"} {
 		m.reconcile.WithLabelValues(res)
 	}
-	if r != nil {
-		for _, c := range []prometheus.Collector{m.hours, m.rowsRead, m.lastHour, m.reconcile, m.unbalanced, m.refused} {
-			if err := r.Register(c); err != nil {
-				return nil, fmt.Errorf("recount: register metrics: %w", err)
-			}
+	return m, nil
+}
+
+// register registers c with r, or returns the collector registered there
+// before under the same description. Any other failure is appended to errs.
+func register[C prometheus.Collector](r prometheus.Registerer, c C, errs *[]error) C {
+	err := r.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
 		}
 	}
-	return m, nil
+	*errs = append(*errs, err)
+	return c
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/adclick/adclick/sink"
 )
 
@@ -44,8 +46,13 @@ type Options struct {
 	// Progress, if set, is called as rows are read (every 65,536 rows and at
 	// the end of each hour).
 	Progress func(Progress)
-	// Metrics, if set, are updated.
-	Metrics *Metrics
+	// Registerer, if set, registers the recount's metrics
+	// (adclick_recount_*, adclick_reconcile_*) and they are updated; a later
+	// recount given the same registerer adds to the same series. nil = no
+	// metrics.
+	Registerer prometheus.Registerer
+
+	m *metrics // from Registerer, by Run or NewFinalizer
 }
 
 // Progress reports how far Run is.
@@ -67,6 +74,20 @@ func (o *Options) ensureDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+}
+
+// ensureMetrics creates and registers the metrics once, if there is a
+// Registerer.
+func (o *Options) ensureMetrics() error {
+	if o.m != nil || o.Registerer == nil {
+		return nil
+	}
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return err
+	}
+	o.m = m
+	return nil
 }
 
 func (o *Options) validate() error {
@@ -200,6 +221,9 @@ func Run(ctx context.Context, o Options) ([]HourResult, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	if err := o.ensureMetrics(); err != nil {
+		return nil, err
+	}
 	hours := slices.Clone(o.Hours)
 	slices.Sort(hours)
 	hours = slices.Compact(hours)
@@ -224,8 +248,8 @@ func Run(ctx context.Context, o Options) ([]HourResult, error) {
 				results = append(results, HourResult{HourMs: h, Hour: FormatHour(h), Status: "not_final", Reason: nf.Error(), Gen: o.Gen})
 				errs = append(errs, nf)
 				o.Logger.Warn("recount refused", "hour", FormatHour(h), "reason", nf.Error())
-				if o.Metrics != nil {
-					o.Metrics.hours.WithLabelValues("not_final").Inc()
+				if o.m != nil {
+					o.m.hours.WithLabelValues("not_final").Inc()
 				}
 				r.done++
 				continue
@@ -246,7 +270,7 @@ func Run(ctx context.Context, o Options) ([]HourResult, error) {
 }
 
 func (r *runner) report(_ context.Context, res *HourResult) {
-	m := r.o.Metrics
+	m := r.o.m
 	if m == nil {
 		return
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/adclick/adclick/latepath"
@@ -155,4 +157,19 @@ func TestParseHourAndKeys(t *testing.T) {
 	if _, err := NewWriter(newMemStore(), "bad/part"); err == nil {
 		t.Error("NewWriter with a slash in the part: got nil error")
 	}
+}
+
+// objectEpoch parses the epoch of an object key made by ObjectKey.
+func objectEpoch(key string) (int64, bool) {
+	base := key[strings.LastIndexByte(key, '/')+1:]
+	base, ok := strings.CutSuffix(base, ".parquet")
+	if !ok {
+		return 0, false
+	}
+	i := strings.LastIndex(base, "-e")
+	if i < 0 {
+		return 0, false
+	}
+	e, err := strconv.ParseInt(base[i+2:], 10, 64)
+	return e, err == nil
 }

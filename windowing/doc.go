@@ -1,6 +1,8 @@
-// Package windowing owns window assignment (tumbling, sliding, session),
-// event-time timers, the per-ad minute windows with their early firings, the
-// hour roll-up built only from closed minutes, and key groups.
+// Package windowing owns the per-ad minute windows with their early
+// firings, the hour roll-up built only from closed minutes, and key groups.
+// Sliding and session windows and the per-device burst rule are not part of
+// the pipeline: every window it needs is a tumbling minute, and no verdict
+// depends on a device's click rate, so they are not implemented here.
 //
 // Minutes is the window operator of one subtask. Like the rest of the
 // deterministic core it never reads a clock, starts a goroutine or does I/O:

@@ -1,7 +1,9 @@
 // Package codescan reads the project's own Go source for tests that check
 // other files against the code: alert rules and dashboards against the
 // metrics defined, runbooks against metric names and API paths, the IAM
-// policy against the SDK calls.
+// policy against the SDK calls. Its own layering test holds the
+// deterministic core (ingest decoding and watermarks, preagg, windowing,
+// latepath, flush) to importing no I/O package and starting no goroutine.
 package codescan
 
 import (
