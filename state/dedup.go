@@ -51,7 +51,12 @@ type Dedup struct {
 	kgs     [KeyGroups]keyGroup
 	key     []byte // reused by lookups
 
+	// budget bounds filterBytes, the memory of the filters (0: no bound);
+	// see SetFilterBudget.
+	budget, filterBytes int
+
 	inserted, duplicates int64
+	vain, gets, folds    int64
 	touched              uint32 // sink of Prefetch's reads, so they are not optimised away
 }
 
@@ -87,6 +92,10 @@ type partition struct {
 	// ids (pending or in the DB). Expire clears the bits of expired buckets.
 	present uint64
 	f       *blockBloom
+	// capped is set once the filter was folded to stay within the budget:
+	// it no longer grows, and takes more ids than it was sized for (more
+	// false positives) instead of being rebuilt.
+	capped bool
 }
 
 // NewDedup returns a Dedup on db with an empty pending batch.
@@ -97,10 +106,25 @@ func (db *DB) NewDedup() *Dedup {
 // minFilterCapacity is the smallest filter, in ids.
 const minFilterCapacity = 256
 
-// partitionFor returns the partition of bucket in g, creating it (with a
-// filter sized for 1.5 times the largest filter g has had, or at least want
-// ids) if needed.
-func (g *keyGroup) partitionFor(bucket int64, want int) *partition {
+// SetFilterBudget bounds the memory of the Dedup's filters to about bytes
+// (0 or less: no bound). Past the budget, filters are folded in half —
+// the densest first (most bits per id), the oldest among equals — and a
+// folded filter no longer grows: memory stays within the budget whatever
+// the number of live ids, and the price is more false positives, each a
+// few point lookups in Pebble (Stats.VainLookups, Stats.Gets). A filter
+// folds down to at most 15 blocks of 64 bytes, so the bound holds once
+// the budget exceeds about 1 KiB per live partition (key groups × 5 for a
+// 2 h horizon).
+func (d *Dedup) SetFilterBudget(bytes int) {
+	d.budget = max(bytes, 0)
+	d.enforceBudget(nil)
+}
+
+// partitionFor returns the partition of bucket in key group kg, creating it
+// (with a filter sized for 1.5 times the largest filter kg has had, or at
+// least want ids) if needed.
+func (d *Dedup) partitionFor(kg int, bucket int64, want int) *partition {
+	g := &d.kgs[kg]
 	idx := bucket >> partitionShift
 	i := len(g.parts)
 	for i > 0 && g.parts[i-1].index >= idx {
@@ -113,7 +137,51 @@ func (g *keyGroup) partitionFor(bucket int64, want int) *partition {
 	p := &partition{index: idx, f: newBlockBloom(max(want, m+m/2, minFilterCapacity))}
 	g.parts = slices.Insert(g.parts, i, p)
 	g.reindex()
+	d.filterBytes += p.f.sizeBytes()
+	d.enforceBudget(p)
 	return p
+}
+
+// enforceBudget folds filters until their memory fits the budget: each
+// time the densest foldable filter (most bits per id, see
+// blockBloom.density), the oldest partition among equals, and grown (the
+// filter just created or rebuilt) only if it is denser than every other.
+// Folding spreads the budget evenly over the ids: each new id is tested
+// against every live partition of its key group, so the sum of their
+// false-positive rates is what costs, and that sum is least when every
+// filter has the same bits per id.
+func (d *Dedup) enforceBudget(grown *partition) {
+	for d.budget > 0 && d.filterBytes > d.budget {
+		vkg, victim, best := -1, (*partition)(nil), 0.0
+		for kg := range d.kgs {
+			for _, p := range d.kgs[kg].parts {
+				if !p.f.foldable() {
+					continue
+				}
+				// Densities within 1% are equal: a filter's capacity is
+				// rounded down from its size, so fresh filters of every size
+				// are a little over filterBitsPerKey, and a fresh one must
+				// not look denser than the full ones beside it (folding it
+				// would keep its density, and fold it again, down to nothing).
+				dens := p.f.density()
+				switch same := victim != nil && dens <= best*1.01 && dens >= best/1.01; {
+				case victim == nil, !same && dens > best,
+					same && victim == grown && p != grown,
+					same && p != grown && p.index < victim.index:
+					vkg, victim, best = kg, p, dens
+				}
+			}
+		}
+		if victim == nil {
+			return // every filter is as small as it gets
+		}
+		before := victim.f.sizeBytes()
+		victim.f.fold()
+		victim.capped = true
+		d.filterBytes -= before - victim.f.sizeBytes()
+		d.folds++
+		d.kgs[vkg].reindex()
+	}
 }
 
 // reindex rebuilds g.probes from g.parts.
@@ -130,8 +198,8 @@ func (g *keyGroup) reindex() {
 // keys hold what it is rebuilt from.
 func (d *Dedup) remember(kg int, bucket int64, h uint64) error {
 	g := &d.kgs[kg]
-	p := g.partitionFor(bucket, 0)
-	if p.f.full() {
+	p := d.partitionFor(kg, bucket, 0)
+	if p.f.full() && !p.capped {
 		if err := d.regrow(kg, p); err != nil {
 			return err
 		}
@@ -189,8 +257,10 @@ func (d *Dedup) regrow(kg int, p *partition) error {
 	if err != nil {
 		return fmt.Errorf("state: dedup filter key group %d: %w", kg, err)
 	}
+	d.filterBytes += f.sizeBytes() - p.f.sizeBytes()
 	p.f = f
 	d.kgs[kg].reindex()
+	d.enforceBudget(p)
 	return nil
 }
 
@@ -222,7 +292,7 @@ func (d *Dedup) load(kg int) error {
 	}
 	g := &d.kgs[kg]
 	for idx, es := range byPart {
-		g.partitionFor(idx<<partitionShift, len(es)+len(es)/2)
+		d.partitionFor(kg, idx<<partitionShift, len(es)+len(es)/2)
 		for _, e := range es {
 			if err := d.remember(kg, e.bucket, e.h); err != nil { // sized to fit: no regrow
 				return err
@@ -330,10 +400,14 @@ func (d *Dedup) lookup(kg int, id string, h, ph uint64, bucket int64) (dup bool,
 		}
 	}
 	if len(cands) == 0 {
+		d.vain++
 		return false, nil
 	}
 	found, at, err := d.findCommitted(kg, id, cands)
 	if err != nil || !found {
+		if err == nil {
+			d.vain++
+		}
 		return false, err
 	}
 	d.duplicates++
@@ -358,6 +432,7 @@ func (d *Dedup) findCommitted(kg int, id string, buckets []int64) (found bool, a
 	}
 	defer d.db.gate.Leave()
 	for _, b := range buckets {
+		d.gets++
 		d.key = append(appendDedupKey(d.key[:0], kg, b), id...)
 		_, closer, err := d.db.db.Get(d.key)
 		switch {
@@ -455,7 +530,11 @@ func (d *Dedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 			case lo < end:
 				p.present &^= 1<<(end-lo) - 1
 			}
-			return p.present == 0
+			if p.present == 0 {
+				d.filterBytes -= p.f.sizeBytes()
+				return true
+			}
+			return false
 		})
 		g.reindex()
 	}
@@ -513,16 +592,30 @@ func (d *Dedup) Discard() {
 }
 
 // FilterBytes returns the memory held by the Dedup's in-memory filters:
-// about 3 bytes per id they hold, 4–5 bytes per live id with the expired
-// ids of partitions not yet dropped and room to grow.
-func (d *Dedup) FilterBytes() int {
-	n := 0
-	for kg := range d.kgs {
-		for _, p := range d.kgs[kg].parts {
-			n += p.f.sizeBytes()
-		}
+// about 3 bytes per id they hold, 4–6 bytes per live id with the expired
+// ids of partitions not yet dropped and room to grow; at most about the
+// budget (SetFilterBudget).
+func (d *Dedup) FilterBytes() int { return d.filterBytes }
+
+// DedupStats are a Dedup's counters since it was created.
+type DedupStats struct {
+	Inserted, Duplicates int64
+	// VainLookups counts Inserts of new ids that a filter could not answer
+	// (a false positive) and Gets the point lookups in Pebble made by
+	// Inserts, in vain or not.
+	VainLookups, Gets int64
+	// Folds counts filters halved to keep within the budget.
+	Folds int64
+	// FilterBytes is the filters' memory now.
+	FilterBytes int
+}
+
+// Stats returns the Dedup's counters.
+func (d *Dedup) Stats() DedupStats {
+	return DedupStats{
+		Inserted: d.inserted, Duplicates: d.duplicates,
+		VainLookups: d.vain, Gets: d.gets, Folds: d.folds, FilterBytes: d.filterBytes,
 	}
-	return n
 }
 
 // Count returns how many ids this Dedup inserted and how many Inserts it

@@ -23,12 +23,54 @@ var bloomSalt = [8]uint32{
 	0x705495c7, 0x2df1424b, 0x9efc4947, 0x5c6bfb31,
 }
 
+// newBlockBloom returns a filter for at least capacity ids at
+// filterBitsPerKey bits each. Its block count is rounded up to a number
+// with at most four significant bits (m·2^s, m < 16: at most 1/8 more
+// memory), so that it can be folded in half s times (fold); the capacity
+// is what the rounded size holds.
 func newBlockBloom(capacity int) *blockBloom {
-	nb := (capacity*filterBitsPerKey + 511) / 512
-	if nb < 1 {
-		nb = 1
+	nb := foldableBlocks((capacity*filterBitsPerKey + 511) / 512)
+	return &blockBloom{blocks: make([][16]uint32, nb), cap: nb * 512 / filterBitsPerKey}
+}
+
+// foldableBlocks rounds n (≥ 1) up to the nearest m·2^s with m < 16.
+func foldableBlocks(n int) int {
+	if n < 1 {
+		return 1
 	}
-	return &blockBloom{blocks: make([][16]uint32, nb), cap: capacity}
+	s := max(0, bits.Len(uint(n))-4)
+	m := (n + 1<<s - 1) >> s
+	if m == 16 {
+		m, s = 8, s+1
+	}
+	return m << s
+}
+
+// foldable reports whether fold can halve f.
+func (f *blockBloom) foldable() bool { return len(f.blocks)%2 == 0 }
+
+// fold halves f's memory by merging each pair of adjacent blocks (2i, 2i+1)
+// into block i, keeping every id it holds: an id's block among n blocks is
+// ⌊h·n/2⁶⁴⌋, so among n/2 it is ⌊⌊h·n/2⁶⁴⌋/2⌋, the merged pair. Bits within
+// a block do not depend on the block count. The filter then holds twice as
+// many ids per bit (more false positives) and its capacity halves. f must
+// be foldable.
+func (f *blockBloom) fold() {
+	half := make([][16]uint32, len(f.blocks)/2)
+	for i := range half {
+		a, b := &f.blocks[2*i], &f.blocks[2*i+1]
+		for w := range half[i] {
+			half[i][w] = a[w] | b[w]
+		}
+	}
+	f.blocks = half
+	f.cap /= 2
+}
+
+// density returns the filter's bits per id: per id it holds, or per id it
+// was sized for while it holds fewer.
+func (f *blockBloom) density() float64 {
+	return float64(len(f.blocks)*512) / float64(max(f.n, f.cap, 1))
 }
 
 func (f *blockBloom) block(h uint64) *[16]uint32 {
