@@ -12,12 +12,13 @@
 //	GET  /v1/ads/{ad}/minutes?from=&to= running totals of the minutes starting in [from, to), ≤ 1,440
 //	GET  /v1/ads/{ad}/hours/{hour}      an hour row: fast, late, final, status open|provisional|final
 //	GET  /v1/hours/{hour}?cursor=&limit= every ad's row of an hour, in ad order, ≤ 1,000 a page
-//	GET  /v1/status                     watermark, data_complete_through, shards, last checkpoint
-//	GET  /v1/status/history             the sampled watermark and lag behind the page's chart
+//	GET  /v1/status                     watermark, shards, last checkpoint, verdicts, sink health, billing finality, hints
+//	GET  /v1/status/history             the sampled watermark, lag and click counts, the last checkpoints seen
 //	GET  /v1/top-ads?limit=             ads by running total over the current minutes
 //	POST /v1/savepoints                 take a savepoint                        (operator)
 //	POST /v1/sweeps {gen, since, high}  second sweep after blue/green           (operator)
 //	POST /v1/stop {savepoint}           stop with a final checkpoint/savepoint  (operator)
+//	GET  /v1/openapi.yaml               the OpenAPI document of all of these
 //
 // {ad} is any id ingest accepts as a click's ad_id (1 to 256 bytes of valid
 // UTF-8, any characters), percent-encoded as one path segment: "ad 7/b" is
@@ -33,8 +34,17 @@
 // billable; open means the job watermark has not passed the hour's last
 // millisecond, provisional that it has but the recount has not run.
 //
-// Operator endpoints need "Authorization: Bearer <AdminToken>"; New refuses
-// to serve them without a token unless the server listens on loopback only.
+// Operator endpoints need "Authorization: Bearer <AdminToken>" on every
+// server, loopback included: any web page the operator has open can send
+// requests to 127.0.0.1. A server without an admin token keeps them closed
+// (adclick run generates one under --data), and New refuses a server
+// beyond loopback without one. They also refuse what a browser sends for
+// a page of another origin (an Origin other than the server,
+// Sec-Fetch-Site cross-site or same-site, and on a loopback server a Host
+// that is not loopback, against DNS rebinding) and request bodies that
+// are not application/json (415). Tokens are compared in constant time
+// and never logged.
+//
 // Read endpoints are open unless Options.ReadToken is set. Errors are
 // {"error": {"code", "message"}} with a 4xx status for bad input (bad_time,
 // bad_ad, range_too_large, unknown_ad, bad_request, unauthorized,
@@ -49,6 +59,9 @@
 // when none is idle, so that clients which connect and linger cannot use
 // up the descriptors the job's stores need.
 //
-// A Server samples the job's status once a second for the chart, in a
-// goroutine that Close stops.
+// A Server samples the job's status once a second for the charts and the
+// checkpoint history, in a goroutine that Close stops. The status reads
+// the job's verdict, checkpoint, sink and recount counts from
+// Options.Gatherer (the registry the job's metrics are on); what it does
+// not find there it reports as null rather than 0.
 package api

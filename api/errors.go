@@ -18,6 +18,7 @@ const (
 	codeUnauthorized     = "unauthorized"
 	codeForbidden        = "forbidden"
 	codeTooLarge         = "body_too_large"
+	codeUnsupportedMedia = "unsupported_media_type"
 	codeConflict         = "conflict"
 	codeTimeout          = "timeout"
 	codeUnavailable      = "unavailable"

@@ -113,8 +113,9 @@ func newFakeJob(t testing.TB) *fakeJob {
 			{ID: "S2", Watermark: ms(t, "2026-11-29T10:15:01.999Z"), MaxEventMs: ms(t, "2026-11-29T10:15:07Z"), LastRecordMs: ms(t, "2026-11-29T10:15:07.1Z")},
 			{ID: "S3", Watermark: ms(t, "2026-11-29T10:14:14.999Z"), MaxEventMs: ms(t, "2026-11-29T10:14:20Z"), Idle: true, LastRecordMs: ms(t, "2026-11-29T10:14:20.8Z")},
 		},
-		LastCheckpoint: &runtime.Meta{ID: 41, JobGen: 7, TakenAtMs: ms(t, "2026-11-29T10:15:01Z"), DurationMs: 120, SizeBytes: 2 << 20, Parallelism: 2},
-		Flush:          &flush.Report{Epochs: 4, ItemsScanned: 9, AttrsRemoved: 3, Duration: 250 * time.Millisecond},
+		LastCheckpoint: &runtime.Meta{ID: 41, JobGen: 7, TakenAtMs: ms(t, "2026-11-29T10:15:01Z"), DurationMs: 120, SizeBytes: 2 << 20, Parallelism: 2,
+			Watermark: ms(t, "2026-11-29T10:14:59.999Z"), Settings: "format=3 window_ms=60000 horizon_ms=7200000 max_parallelism=128 dedup=true"},
+		Flush: &flush.Report{Epochs: 4, ItemsScanned: 9, AttrsRemoved: 3, Duration: 250 * time.Millisecond},
 	}
 	ctx := context.Background()
 	h09, h10 := sink.HourBucket(ms(t, "2026-11-29T09:00:00Z")), sink.HourBucket(ms(t, "2026-11-29T10:00:00Z"))

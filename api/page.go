@@ -7,8 +7,12 @@ import (
 
 // statusPage is the status page: one self-contained HTML file (inline CSS
 // and JavaScript, no external assets) that polls /v1/status,
-// /v1/status/history and /v1/top-ads every 2 s. When read endpoints need a
-// token, open it as /#token=<token>; the fragment never reaches the server.
+// /v1/status/history and /v1/top-ads every 2 s and shows the job, its
+// hints, charts of the watermark lag, the watermark and late clicks, the
+// verdicts, shards, top ads (spend in currency units), checkpoints, sink
+// health and billing finality. It only reads: it never needs the admin
+// token. When read endpoints need a token, open it as /#token=<token>; the
+// fragment never reaches the server.
 //
 //go:embed status.html
 var statusPage []byte

@@ -74,15 +74,17 @@ const (
 )
 
 // Options configures a Server. The zero value serves read endpoints openly
-// and operator endpoints without a token only when Addr is loopback.
+// and keeps the operator endpoints closed (they need AdminToken).
 type Options struct {
 	// Addr is the address the server listens on (host:port). It decides
 	// whether the operator endpoints may run without AdminToken: only on a
 	// loopback address (see IsLoopback). Empty counts as not loopback.
 	Addr string
 	// AdminToken is the bearer token of the operator endpoints (savepoints,
-	// sweeps, stop). It also opens the read endpoints. Empty: New refuses
-	// (ErrNoAdminToken) unless Addr is loopback or NoOperator is set.
+	// sweeps, stop); they need it on every server, loopback included. It
+	// also opens the read endpoints. Empty: the operator endpoints are
+	// closed (401), and New refuses (ErrNoAdminToken) unless Addr is
+	// loopback or NoOperator is set.
 	AdminToken string
 	// ReadToken, if not empty, protects the read endpoints (/v1/ads, /v1/hours,
 	// /v1/status, /v1/top-ads): a request needs it or AdminToken. Default
@@ -207,7 +209,9 @@ func IsLoopback(addr string) bool {
 }
 
 // CheckOperatorAccess reports ErrNoAdminToken when a server listening on
-// addr would expose operator endpoints without a token. Call it before
+// addr beyond loopback has no admin token: a misconfiguration, since such
+// a server is meant to be operated from other machines. (Without a token
+// the operator endpoints stay closed on any address.) Call it before
 // listening to fail early with a clear message.
 func CheckOperatorAccess(addr, adminToken string) error {
 	if adminToken == "" && !IsLoopback(addr) {
@@ -219,13 +223,16 @@ func CheckOperatorAccess(addr, adminToken string) error {
 // Server is the HTTP API of a job. It is an http.Handler; Close stops its
 // status sampler. It is safe for concurrent use.
 type Server struct {
-	job     Job
-	opts    Options
-	h       http.Handler
-	m       *metrics
-	hist    *history
-	top     topCache
-	opsOpen bool // operator endpoints need no token (loopback, no token)
+	job   Job
+	opts  Options
+	h     http.Handler
+	m     *metrics
+	hist  *history
+	top   topCache
+	ckpts *ckptLog
+	// loopback: the server listens on loopback only (Options.Addr), so an
+	// operator request must name a loopback Host.
+	loopback bool
 
 	conns   *connLimit
 	errLog  *rateLog // the http.Server's ErrorLog
@@ -250,8 +257,8 @@ func New(job Job, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{job: job, opts: opts, m: m, hist: newHistory(opts.HistorySize),
-		opsOpen: opts.AdminToken == ""}
+	s := &Server{job: job, opts: opts, m: m, hist: newHistory(opts.HistorySize), ckpts: newCkptLog(ckptLogSize),
+		loopback: IsLoopback(opts.Addr)}
 	s.conns = newConnLimit(opts.MaxConnections, m)
 	s.errLog = newRateLog(opts.Logger, opts.Clock, "http server error", m.serverErrors)
 	s.connLog = newRateLog(opts.Logger, opts.Clock, "http connection refused: connection cap reached, no connection idle", nil)
@@ -291,10 +298,12 @@ func (s *Server) sampleLoop(ctx context.Context) {
 	}
 }
 
-// sample records one status sample.
+// sample records one status sample, and the last checkpoint if it is new.
 func (s *Server) sample() {
 	st := s.job.Status()
-	s.hist.add(sampleOf(s.opts.Clock.NowMs(), st))
+	jm := s.jobMetrics()
+	s.hist.add(sampleOf(s.opts.Clock.NowMs(), st, jm))
+	s.ckpts.see(st.LastCheckpoint, jm.ckptFailed)
 }
 
 // Route patterns, also the route label of the HTTP metrics.
@@ -328,7 +337,7 @@ func (s *Server) routes() http.Handler {
 	})
 	r.Get(routeReady, s.ready)
 	if s.opts.Gatherer != nil {
-		r.Handle(routeMetrics, promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+		r.Method(http.MethodGet, routeMetrics, promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	}
 	r.Get(routeOpenAPI, serveOpenAPI)
 	r.Group(func(r chi.Router) {

@@ -60,19 +60,47 @@ type apiCase struct {
 	check  func(*testing.T, *fakeJob)
 }
 
-func do(t *testing.T, h http.Handler, method, path, token, body string) *httptest.ResponseRecorder {
-	t.Helper()
+// newRequest returns a request as the CLI sends it: to the loopback
+// address the test servers claim, with a JSON body if any.
+func newRequest(method, path, token, body string) *http.Request {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, path, rd)
+	req.Host = "127.0.0.1:8080"
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	return req
+}
+
+func do(t *testing.T, h http.Handler, method, path, token, body string) *httptest.ResponseRecorder {
+	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
+	h.ServeHTTP(rec, newRequest(method, path, token, body))
 	return rec
+}
+
+// serveCase runs c against a fresh server over a fresh fake job.
+func serveCase(t *testing.T, c apiCase) (*fakeJob, *http.Request, *httptest.ResponseRecorder) {
+	t.Helper()
+	f := newFakeJob(t)
+	if c.setup != nil {
+		c.setup(f)
+	}
+	o := Options{AdminToken: adminTok}
+	if c.opts != nil {
+		o = *c.opts
+	}
+	s := newTestServer(t, f, o)
+	req := newRequest(c.method, c.path, c.token, c.body)
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	return f, req, rec
 }
 
 // golden compares a response with testdata/golden/<name>.json, or rewrites
@@ -104,9 +132,12 @@ func golden(t *testing.T, name string, rec *httptest.ResponseRecorder) {
 	}
 }
 
-func TestGolden(t *testing.T) {
+// goldenCases are requests to every endpoint, with the answers in
+// testdata/golden; TestOpenAPIResponses checks the same answers against
+// the OpenAPI document.
+func goldenCases() []apiCase {
 	big := `{"gen": 6, "since": 41, "pad": "` + strings.Repeat("x", MaxBodyBytes) + `"}`
-	cases := []apiCase{
+	return []apiCase{
 		{name: "healthz", method: "GET", path: "/healthz", want: 200},
 		{name: "readyz_ready", method: "GET", path: "/readyz", want: 200},
 		{name: "readyz_restoring", method: "GET", path: "/readyz", want: 503, setup: func(f *fakeJob) { f.st.Ready = false }},
@@ -115,6 +146,13 @@ func TestGolden(t *testing.T) {
 		{name: "status_no_watermark", method: "GET", path: "/v1/status", want: 200, setup: func(f *fakeJob) {
 			f.st.WatermarkMs, f.st.WatermarkLagMs, f.st.LastCheckpoint, f.st.Flush, f.st.ProcessingMs = preagg.NoWatermark, 1<<63-1, nil, nil, 0
 			f.st.Shards = nil
+		}},
+		{name: "status_metrics", method: "GET", path: "/v1/status", want: 200,
+			opts: &Options{AdminToken: adminTok, Gatherer: fakeJobRegistry(-1, -1)}},
+		{name: "status_all_idle", method: "GET", path: "/v1/status", want: 200, setup: func(f *fakeJob) {
+			for i := range f.st.Shards {
+				f.st.Shards[i].Idle = true
+			}
 		}},
 		{name: "history", method: "GET", path: "/v1/status/history", want: 200},
 
@@ -225,8 +263,15 @@ func TestGolden(t *testing.T) {
 			setup: func(f *fakeJob) { f.stopErr = runtime.ErrNotRunning }},
 		{name: "operator_disabled", method: "POST", path: "/v1/stop", token: adminTok, want: 403,
 			opts: &Options{Addr: "0.0.0.0:8080", NoOperator: true}},
-		{name: "operator_loopback_no_token", method: "POST", path: "/v1/savepoints", want: 201,
-			opts: &Options{Addr: "127.0.0.1:8080"}},
+		// A loopback server without an admin token keeps its operator
+		// endpoints closed: any web page could reach them.
+		{name: "operator_loopback_no_token", method: "POST", path: "/v1/savepoints", want: 401,
+			opts: &Options{Addr: "127.0.0.1:8080"},
+			check: func(t *testing.T, f *fakeJob) {
+				if f.spTaken != 0 {
+					t.Errorf("savepoints taken without a token: got %d, want 0", f.spTaken)
+				}
+			}},
 
 		// Read token.
 		{name: "read_token_missing", method: "GET", path: "/v1/status", want: 401, opts: &Options{AdminToken: adminTok, ReadToken: readTok}},
@@ -239,6 +284,10 @@ func TestGolden(t *testing.T) {
 		{name: "not_found", method: "GET", path: "/v1/nothing", want: 404},
 		{name: "method_not_allowed", method: "GET", path: "/v1/stop", want: 405},
 	}
+}
+
+func TestGolden(t *testing.T) {
+	cases := goldenCases()
 	seen := map[string]bool{}
 	for _, c := range cases {
 		if seen[c.name] {
@@ -246,16 +295,7 @@ func TestGolden(t *testing.T) {
 		}
 		seen[c.name] = true
 		t.Run(c.name, func(t *testing.T) {
-			f := newFakeJob(t)
-			if c.setup != nil {
-				c.setup(f)
-			}
-			o := Options{AdminToken: adminTok}
-			if c.opts != nil {
-				o = *c.opts
-			}
-			s := newTestServer(t, f, o)
-			rec := do(t, s, c.method, c.path, c.token, c.body)
+			f, _, rec := serveCase(t, c)
 			if rec.Code != c.want {
 				t.Errorf("%s %s: got status %d, want %d; body %s", c.method, c.path, rec.Code, c.want, rec.Body.String())
 			}

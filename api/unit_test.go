@@ -125,7 +125,7 @@ func TestSamplerRunsUntilClose(t *testing.T) {
 }
 
 func TestSampleWithoutWatermark(t *testing.T) {
-	s := sampleOf(5, runtime.Status{WatermarkMs: preagg.NoWatermark, WatermarkLagMs: 1<<63 - 1})
+	s := sampleOf(5, runtime.Status{WatermarkMs: preagg.NoWatermark, WatermarkLagMs: 1<<63 - 1}, jobMetrics{})
 	if s.WatermarkMs != nil || s.LagMs != nil {
 		t.Errorf("sample before any watermark: got %+v, want nulls", s)
 	}
@@ -169,7 +169,7 @@ func TestConsumerLagFromOptionalInterface(t *testing.T) {
 	f := newFakeJob(t)
 	f.consumerL = map[string]int64{"S1": 1200, "S3": 0}
 	s := newTestServer(t, lagJob{f}, Options{AdminToken: adminTok})
-	resp := s.statusOf(f.Status())
+	resp := s.statusOf(f.Status(), jobMetrics{})
 	got := map[string]string{}
 	for _, sh := range resp.Shards {
 		v := "null"

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"debug/buildinfo"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -73,20 +74,34 @@ func runMain(m *testing.M) int {
 // runFlags returns the flag names `adclick run --help` lists.
 func runFlags(t *testing.T) map[string]bool {
 	t.Helper()
+	flags, _ := runHelp(t)
+	return flags
+}
+
+// runHelp returns the flag names `adclick run --help` lists and, when the
+// help names each flag's environment variables ("--job-gen
+// [ADCLICK_RUN_JOB_GEN]"), every such variable with its flag.
+func runHelp(t *testing.T) (flags map[string]bool, vars map[string]string) {
+	t.Helper()
 	cmd := exec.Command(binPath, "run", "--help")
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "ADCLICK_") })
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("adclick run --help: %v\n%s", err, out)
 	}
-	flags := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+--([a-z0-9-]+)\s`).FindAllStringSubmatch(string(out), -1) {
+	flags, vars = map[string]bool{}, map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+--([a-z0-9-]+)(?:\s+\[([A-Z0-9_, ]+)\])?\s`).FindAllStringSubmatch(string(out), -1) {
 		flags[m[1]] = true
+		for _, v := range strings.Split(m[2], ",") {
+			if v = strings.TrimSpace(v); v != "" {
+				vars[v] = m[1]
+			}
+		}
 	}
 	if !flags["data"] || !flags["source"] {
 		t.Fatalf("could not read the flags of adclick run --help (got %v):\n%s", flags, out)
 	}
-	return flags
+	return flags, vars
 }
 
 // ---------------------------------------------------------------- Dockerfile
@@ -166,7 +181,11 @@ func TestDockerfileShape(t *testing.T) {
 	if !strings.HasPrefix(from, "gcr.io/distroless/static") && from != "scratch" {
 		t.Errorf("final stage FROM %q, want distroless/static or scratch (no shell)", from)
 	}
-	var user, entry string
+	var user, entry, health string
+	labels := map[string]string{}
+	finalArgs := map[string]bool{}
+	copied := map[string]bool{}
+	_, vars := runHelp(t)
 	for _, in := range final {
 		switch in.cmd {
 		case "RUN", "SHELL":
@@ -175,11 +194,50 @@ func TestDockerfileShape(t *testing.T) {
 			user = in.args
 		case "ENTRYPOINT":
 			entry = in.args
-		case "CMD", "HEALTHCHECK":
-			if !strings.HasPrefix(in.args, "[") && in.args != "NONE" {
-				t.Errorf("line %d: %s in shell form needs a shell; use the exec form", in.line, in.cmd)
+		case "CMD":
+			if !strings.HasPrefix(in.args, "[") {
+				t.Errorf("line %d: CMD in shell form needs a shell; use the exec form", in.line)
+			}
+		case "HEALTHCHECK":
+			health = healthcheckCommand(in.args)
+			if !strings.HasPrefix(health, "[") && health != "NONE" {
+				t.Errorf("line %d: HEALTHCHECK %q: want CMD in the exec form (no shell) or NONE", in.line, in.args)
+			}
+		case "LABEL":
+			for _, w := range shellWords(in.args) {
+				k, v, _ := strings.Cut(w, "=")
+				labels[k] = v
+			}
+		case "ARG":
+			k, _, _ := strings.Cut(in.args, "=")
+			finalArgs[k] = true
+		case "COPY":
+			if w := strings.Fields(in.args); len(w) > 0 {
+				copied[w[len(w)-1]] = true
+			}
+		case "ENV":
+			for _, w := range shellWords(in.args) {
+				k, _, _ := strings.Cut(w, "=")
+				checkEnvName(t, "Dockerfile ENV", k, nil, vars)
 			}
 		}
+	}
+	// OCI image labels, the version and revision from build arguments.
+	for _, k := range []string{"title", "description", "source", "version", "revision", "created"} {
+		if labels["org.opencontainers.image."+k] == "" {
+			t.Errorf("no LABEL org.opencontainers.image.%s", k)
+		}
+	}
+	for k, arg := range map[string]string{"version": "VERSION", "revision": "REVISION", "created": "CREATED"} {
+		if got := labels["org.opencontainers.image."+k]; got != "${"+arg+"}" {
+			t.Errorf("LABEL org.opencontainers.image.%s=%q, want ${%s}", k, got, arg)
+		}
+		if _, ok := args[arg]; !ok || !finalArgs[arg] {
+			t.Errorf("ARG %s must be declared before the first FROM (its default) and in the final stage (to use it)", arg)
+		}
+	}
+	if !copied["/healthcheck"] || !strings.Contains(health, `"/healthcheck"`) || !strings.Contains(health, "/healthz") {
+		t.Errorf("HEALTHCHECK %s: want the probe /healthcheck (copied into the image) on /healthz", health)
 	}
 	if u, _, _ := strings.Cut(user, ":"); u == "" || u == "0" || u == "root" {
 		t.Errorf("USER %q, want a non-root user", user)
@@ -188,23 +246,58 @@ func TestDockerfileShape(t *testing.T) {
 		t.Errorf("ENTRYPOINT %s, want [\"/adclick\"]", entry)
 	}
 	cmd := buildCommand(t, stages)
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-s -w", "./cmd/adclick"} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-s -w", "-X main.version=${VERSION}", "./cmd/adclick"} {
 		if !slices.ContainsFunc(cmd, func(w string) bool { return strings.Contains(w, want) }) {
 			t.Errorf("build command %q lacks %s", cmd, want)
 		}
 	}
-}
-
-// buildCommand returns the words of the build stage's `go build` RUN line.
-func buildCommand(t *testing.T, stages [][]instr) []string {
-	t.Helper()
-	for _, in := range stages[0] {
-		if in.cmd == "RUN" && strings.Contains(in.args, "go build") {
-			return shellWords(in.args)
+	buildArgs := map[string]bool{}
+	for _, in := range build {
+		if in.cmd == "ARG" {
+			k, _, _ := strings.Cut(in.args, "=")
+			buildArgs[k] = true
 		}
 	}
-	t.Fatal("the build stage has no RUN … go build")
-	return nil
+	if !buildArgs["VERSION"] {
+		t.Error("the build stage does not declare ARG VERSION, so ${VERSION} is empty in its go build")
+	}
+}
+
+// healthcheckCommand returns a HEALTHCHECK's command without its options
+// (--interval=…): "NONE", or the CMD's argument.
+func healthcheckCommand(args string) string {
+	rest := strings.TrimSpace(args)
+	for strings.HasPrefix(rest, "--") {
+		_, after, _ := strings.Cut(rest, " ")
+		rest = strings.TrimSpace(after)
+	}
+	if c, ok := strings.CutPrefix(rest, "CMD "); ok {
+		return strings.TrimSpace(c)
+	}
+	return rest
+}
+
+// buildCommand returns the words of the build stage's first `go build` RUN
+// line, the binary's.
+func buildCommand(t *testing.T, stages [][]instr) []string {
+	t.Helper()
+	return buildCommands(t, stages)[0]
+}
+
+// buildCommands returns the words of every `go build` RUN line of the
+// build stage.
+func buildCommands(t *testing.T, stages [][]instr) [][]string {
+	t.Helper()
+	var out [][]string
+	for _, in := range stages[0] {
+		if in.cmd == "RUN" && strings.Contains(in.args, "go build") {
+			out = append(out, shellWords(in.args))
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("the build stage has no RUN … go build")
+	}
+	return out
 }
 
 // shellWords splits a command line with single and double quotes.
@@ -312,10 +405,11 @@ func TestDockerBuildCommand(t *testing.T) {
 		t.Log("-short: building anyway; the check is the point of this package")
 	}
 	stages, _ := parseDockerfile(t)
-	words := buildCommand(t, stages)
+	cmds := buildCommands(t, stages)
+	words := cmds[0]
 	ctxDir := t.TempDir()
 	ign := loadIgnore(t)
-	for _, must := range []string{".git/HEAD", "scripts/servers/node_modules/x", "adclick-data/x", "sink/sink_test.go"} {
+	for _, must := range []string{".git/HEAD", "scripts/servers/node_modules/x", "adclick-data/x", "sink/sink_test.go", "deploy/cfn-validate/validate.js"} {
 		if !ign.excluded(must) {
 			t.Errorf("%s does not exclude %s", dockerignore, must)
 		}
@@ -363,26 +457,32 @@ func TestDockerBuildCommand(t *testing.T) {
 	refBin := filepath.Join(out, "adclick-ref")
 
 	// The Dockerfile's command: VAR=value prefixes become the environment,
-	// $TARGETOS/$TARGETARCH the host's, -o goes to the temp dir.
-	env := append(os.Environ(), "GOFLAGS=-buildvcs=false")
-	var argv []string
-	for i := 0; i < len(words); i++ {
-		w := strings.NewReplacer("$TARGETOS", runtime.GOOS, "$TARGETARCH", runtime.GOARCH,
-			"${TARGETOS}", runtime.GOOS, "${TARGETARCH}", runtime.GOARCH).Replace(words[i])
-		if len(argv) == 0 && regexp.MustCompile(`^[A-Z_]+=`).MatchString(w) {
-			env = append(env, w)
-			continue
+	// $TARGETOS/$TARGETARCH the host's, ${VERSION} a test version, -o goes
+	// to the temp dir.
+	const testVersion = "v9.8.7-deploytest"
+	command := func(words []string, out string) (env, argv []string) {
+		env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+		for i := 0; i < len(words); i++ {
+			w := strings.NewReplacer("$TARGETOS", runtime.GOOS, "$TARGETARCH", runtime.GOARCH,
+				"${TARGETOS}", runtime.GOOS, "${TARGETARCH}", runtime.GOARCH,
+				"${VERSION}", testVersion, "$VERSION", testVersion).Replace(words[i])
+			if len(argv) == 0 && regexp.MustCompile(`^[A-Z_]+=`).MatchString(w) {
+				env = append(env, w)
+				continue
+			}
+			if w == "-o" && i+1 < len(words) {
+				argv = append(argv, "-o", out)
+				i++
+				continue
+			}
+			argv = append(argv, w)
 		}
-		if w == "-o" && i+1 < len(words) {
-			argv = append(argv, "-o", dockerBin)
-			i++
-			continue
+		if len(argv) < 2 || argv[0] != "go" || argv[1] != "build" {
+			t.Fatalf("build command %q: want go build …", words)
 		}
-		argv = append(argv, w)
+		return env, argv
 	}
-	if len(argv) < 2 || argv[0] != "go" || argv[1] != "build" {
-		t.Fatalf("build command %q: want go build …", words)
-	}
+	env, argv := command(words, dockerBin)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	run := func(dir string, env []string, argv ...string) {
@@ -397,10 +497,20 @@ func TestDockerBuildCommand(t *testing.T) {
 	// The reference build uses the same snapshot of the source (the tree
 	// may change while the test runs).
 	run(ctxDir, append(os.Environ(), "GOFLAGS=-buildvcs=false", "CGO_ENABLED=0"),
-		"go", "build", "-trimpath", "-ldflags=-s -w", "-o", refBin, "./cmd/adclick")
+		"go", "build", "-trimpath", "-ldflags=-s -w -X main.version="+testVersion, "-o", refBin, "./cmd/adclick")
+	// The other binaries of the image (the health probe) build from the
+	// same context.
+	for i, w := range cmds[1:] {
+		env, argv := command(w, filepath.Join(out, fmt.Sprintf("extra-%d", i)))
+		run(ctxDir, env, argv...)
+	}
 
 	if a, b := fileSum(t, dockerBin), fileSum(t, refBin); a != b {
-		t.Errorf("the Dockerfile's build gives %s, plain go build -trimpath -ldflags='-s -w' gives %s: not the same binary", a, b)
+		t.Errorf("the Dockerfile's build gives %s, plain go build -trimpath -ldflags='-s -w -X main.version=…' gives %s: not the same binary", a, b)
+	}
+	// -X names a variable that exists: a misspelt one is silently ignored.
+	if b, err := exec.Command(dockerBin, "version").CombinedOutput(); err != nil || !strings.Contains(string(b), testVersion) {
+		t.Errorf("adclick version of the image's binary built with VERSION=%s: %v\n%s", testVersion, err, b)
 	}
 	f, err := elf.Open(dockerBin)
 	if err != nil {
@@ -768,7 +878,7 @@ func TestTemplateResources(t *testing.T) {
 	// The adclick container of every task definition: the flags exist, the
 	// AWS mode is wired, stop leaves time for the final checkpoint, and each
 	// colour has its own checkpoint prefix.
-	flags := runFlags(t)
+	flags, vars := runHelp(t)
 	prefixes := map[string]string{}
 	for _, n := range tp.ofType("AWS::ECS::TaskDefinition") {
 		var c map[string]any
@@ -826,7 +936,7 @@ func TestTemplateResources(t *testing.T) {
 		envs, _ := c["Environment"].([]any)
 		secrets, _ := c["Secrets"].([]any)
 		for _, e := range append(envs, secrets...) {
-			checkEnvName(t, n, flatten(get(e, "Name")), flags)
+			checkEnvName(t, n, flatten(get(e, "Name")), flags, vars)
 		}
 		if s, _ := strconv.Atoi(flatten(c["StopTimeout"])); s < 60 {
 			t.Errorf("%s: StopTimeout %v, want at least 60 s for the final checkpoint", n, c["StopTimeout"])
@@ -853,9 +963,19 @@ func flatten(v any) string {
 // nonFlagEnv are environment variables the binary reads that are not flags.
 var nonFlagEnv = map[string]bool{"ADCLICK_ADMIN_TOKEN": true, "ADCLICK_READ_TOKEN": true}
 
-func checkEnvName(t *testing.T, where, name string, flags map[string]bool) {
+// checkEnvName checks that an ADCLICK_ variable is one `adclick run` reads:
+// one that `adclick run --help` names (vars), or, for a binary whose help
+// names none, ADCLICK_<FLAG> of one of its flags. A variable the binary
+// does not read is dropped at best, and refused at worst.
+func checkEnvName(t *testing.T, where, name string, flags map[string]bool, vars map[string]string) {
 	t.Helper()
 	if !strings.HasPrefix(name, "ADCLICK_") || nonFlagEnv[name] {
+		return
+	}
+	if len(vars) > 0 {
+		if _, ok := vars[name]; !ok {
+			t.Errorf("%s: %s is not a variable of `adclick run` (its --help lists each flag's)", where, name)
+		}
 		return
 	}
 	flag := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, "ADCLICK_"), "_", "-"))
@@ -884,6 +1004,16 @@ func TestTemplateTableMatchesCode(t *testing.T) {
 		t.Fatal("sink/dynamo's CreateTable sent no CreateTableInput")
 	}
 	compareTable(t, "Table", "sink/dynamo", props(tp.Resources["Table"]), fake.in)
+	// TTL: the attribute the code writes and setup turns on.
+	ttl := get(props(tp.Resources["Table"]), "TimeToLiveSpecification")
+	switch {
+	case fake.ttl == nil:
+		t.Error("sink/dynamo's CreateTable did not turn TTL on")
+	case flatten(get(ttl, "AttributeName")) != aws.ToString(fake.ttl.AttributeName) || flatten(get(ttl, "Enabled")) != "true":
+		t.Errorf("Table TimeToLiveSpecification %v, want AttributeName %s enabled, as sink/dynamo sets it", ttl, aws.ToString(fake.ttl.AttributeName))
+	case aws.ToString(fake.ttl.AttributeName) != dynamo.TTLAttribute:
+		t.Errorf("CreateTable turns TTL on for %s, but rows carry %s", aws.ToString(fake.ttl.AttributeName), dynamo.TTLAttribute)
+	}
 
 	lfake := &tableFake{}
 	if err := lease.CreateTable(context.Background(), lfake, "ad_metrics"+lease.TableSuffix); err != nil {
@@ -1011,6 +1141,83 @@ func TestTemplateLeaseTable(t *testing.T) {
 	}
 }
 
+// TestTemplateHealthCheck checks the ECS health check of every adclick
+// container: the image's probe (the image has no shell or curl) on the
+// job's liveness route, the one api serves, on the port --listen opens,
+// with a -started file in the image's writable data directory, and
+// parameters ECS accepts.
+func TestTemplateHealthCheck(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(repoRoot, "api", "server.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`routeHealth\s*=\s*"([^"]+)"`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("cannot find api's routeHealth in api/server.go")
+	}
+	healthz := string(m[1])
+	stages, _ := parseDockerfile(t)
+	var probe string
+	for _, in := range stages[len(stages)-1] {
+		if f := strings.Fields(in.args); in.cmd == "COPY" && len(f) > 0 && strings.HasSuffix(f[len(f)-1], "healthcheck") {
+			probe = f[len(f)-1]
+		}
+	}
+	if probe == "" {
+		t.Fatal("the Dockerfile's final stage copies no health probe")
+	}
+	tp := loadTemplate(t)
+	n := 0
+	for _, name := range tp.ofType("AWS::ECS::TaskDefinition") {
+		for _, d := range asList(props(tp.Resources[name])["ContainerDefinitions"]) {
+			if get(d, "Name") != "adclick" {
+				continue
+			}
+			n++
+			hc := get(d, "HealthCheck")
+			if hc == nil {
+				t.Errorf("%s: the adclick container has no HealthCheck", name)
+				continue
+			}
+			var cmd []string
+			for _, w := range asList(get(hc, "Command")) {
+				cmd = append(cmd, flatten(w))
+			}
+			if len(cmd) < 2 || cmd[0] != "CMD" || cmd[1] != probe {
+				t.Errorf("%s: health check command %q, want [CMD %s …] (CMD-SHELL needs a shell)", name, cmd, probe)
+				continue
+			}
+			opts := map[string]string{}
+			for i := 2; i+1 < len(cmd); i += 2 {
+				opts[cmd[i]] = cmd[i+1]
+			}
+			listen := ""
+			c := asList(get(d, "Command"))
+			for i := 0; i+1 < len(c); i++ {
+				if c[i] == "--listen" {
+					listen = flatten(c[i+1])
+				}
+			}
+			_, port, _ := strings.Cut(listen, ":")
+			if want := "http://127.0.0.1:" + port + healthz; opts["-url"] != want {
+				t.Errorf("%s: health check -url %q, want %q (--listen %s, api's %s)", name, opts["-url"], want, listen, healthz)
+			}
+			if !strings.HasPrefix(opts["-started"], "/data/") {
+				t.Errorf("%s: health check -started %q, want a file under /data (the image's writable directory)", name, opts["-started"])
+			}
+			for k, r := range map[string][2]int{"Interval": {5, 300}, "Timeout": {2, 60}, "Retries": {1, 10}, "StartPeriod": {0, 300}} {
+				v, err := strconv.Atoi(flatten(get(hc, k)))
+				if err != nil || v < r[0] || v > r[1] {
+					t.Errorf("%s: health check %s %v, want %d to %d", name, k, get(hc, k), r[0], r[1])
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no adclick container in the template")
+	}
+}
+
 func asList(v any) []any { l, _ := v.([]any); return l }
 
 // tableFake is the part of dynamo.API and lease.API CreateTable uses; other
@@ -1018,7 +1225,21 @@ func asList(v any) []any { l, _ := v.([]any); return l }
 // test.
 type tableFake struct {
 	dynamo.API
-	in *dynamodb.CreateTableInput
+	in  *dynamodb.CreateTableInput
+	ttl *types.TimeToLiveSpecification
+}
+
+func (f *tableFake) UpdateTable(context.Context, *dynamodb.UpdateTableInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateTableOutput, error) {
+	return nil, errors.New("tableFake: UpdateTable on a table CreateTable just made")
+}
+
+func (f *tableFake) DescribeTimeToLive(context.Context, *dynamodb.DescribeTimeToLiveInput, ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error) {
+	return &dynamodb.DescribeTimeToLiveOutput{TimeToLiveDescription: &types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusDisabled}}, nil
+}
+
+func (f *tableFake) UpdateTimeToLive(_ context.Context, in *dynamodb.UpdateTimeToLiveInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error) {
+	f.ttl = in.TimeToLiveSpecification
+	return &dynamodb.UpdateTimeToLiveOutput{}, nil
 }
 
 func (f *tableFake) CreateTable(_ context.Context, in *dynamodb.CreateTableInput, _ ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error) {
@@ -1202,8 +1423,10 @@ func policyActions(t *testing.T, tp template) map[string][]string {
 }
 
 // setupOnly are actions `adclick run` never needs: creating the stream, the
-// table and the bucket, and putting records. They belong to the operator's policy.
-var setupOnly = []string{"kinesis:CreateStream", "dynamodb:CreateTable", "kinesis:PutRecords", "s3:CreateBucket"}
+// table (its indexes and TTL) and the bucket, and putting records. They
+// belong to the operator's policy.
+var setupOnly = []string{"kinesis:CreateStream", "dynamodb:CreateTable", "dynamodb:UpdateTable", "dynamodb:UpdateTimeToLive",
+	"dynamodb:DescribeTimeToLive", "kinesis:PutRecords", "s3:CreateBucket"}
 
 // TestIAMMatchesCode checks that the template's policies together allow
 // every Kinesis, DynamoDB and S3 action the code calls, that no policy
@@ -1384,7 +1607,7 @@ func TestSystemdUnit(t *testing.T) {
 	if !strings.HasPrefix(one("EnvironmentFile"), "/etc/adclick/") && !strings.HasPrefix(one("EnvironmentFile"), "-/etc/adclick/") {
 		t.Errorf("EnvironmentFile=%q, want /etc/adclick/…", one("EnvironmentFile"))
 	}
-	flags := runFlags(t)
+	flags, vars := runHelp(t)
 	words := strings.Fields(one("ExecStart"))
 	if len(words) < 2 || !strings.HasSuffix(words[0], "/adclick") || words[1] != "run" {
 		t.Fatalf("ExecStart=%q, want …/adclick run …", one("ExecStart"))
@@ -1406,7 +1629,7 @@ func TestSystemdUnit(t *testing.T) {
 	n := 0
 	for _, m := range regexp.MustCompile(`(?m)^#?(ADCLICK_[A-Z0-9_]+)=`).FindAllStringSubmatch(string(b), -1) {
 		n++
-		checkEnvName(t, envFile, m[1], flags)
+		checkEnvName(t, envFile, m[1], flags, vars)
 	}
 	if n < 5 {
 		t.Errorf("%s sets %d ADCLICK_ variables, want the common ones", envFile, n)

@@ -160,11 +160,12 @@ func rebuildDecide(it sink.Item, b rebuildBounds) (t sink.Total, ok bool) {
 // does for the totals it rewrites from state, would let a later restore
 // from a savepoint older than c delete totals whose rows it keeps.)
 //
-// sink.Rows offers no read by bucket: its tag index is by epoch, and the
-// epochs of the rows in the retention are not known. So RebuildTotals reads
-// the whole table with one Scan and drops, as it reads, what lies outside
-// [fromMs, o.ClosedBy]; the cost is the size of the table, not of the
-// retention. Totals are written in batches through a token bucket of
+// The tag index is by epoch, and the epochs of the rows in the retention
+// are not known. So RebuildTotals reads the whole table with one Scan and
+// drops, as it reads, what lies outside [fromMs, o.ClosedBy]; the cost is
+// the size of the table, not of the retention. (sink.Rows.QueryBucket
+// could read only the buckets of the retention, one query per minute and
+// hour; not done yet.) Totals are written in batches through a token bucket of
 // o.WritesPerSec, from inside the scan, so the scan advances at that pace
 // and nothing but one batch is held in memory. Transient row-store errors
 // are waited out as in Full (a retried scan starts again from the

@@ -55,6 +55,10 @@ type Options struct {
 	m *metrics // from Registerer, by Run or NewFinalizer
 }
 
+// DefaultMarginMs is Options.MarginMs's default: ten minutes past hour
+// end + horizon before an hour counts as ready.
+const DefaultMarginMs = 600_000
+
 // Progress reports how far Run is.
 type Progress struct {
 	HourMs     int64 // the hour being recounted
@@ -66,7 +70,7 @@ type Progress struct {
 func (o *Options) ensureDefaults() {
 	o.Judge.ensureDefaults()
 	if o.MarginMs <= 0 {
-		o.MarginMs = 600_000
+		o.MarginMs = DefaultMarginMs
 	}
 	if o.MaxLoggedIDs <= 0 {
 		o.MaxLoggedIDs = 20

@@ -48,6 +48,10 @@ type Meta struct {
 	// end: Watermark is then math.MaxInt64 (every hour is complete as far
 	// as this input goes), while Floors stay the last real watermark.
 	EndOfInput bool `json:"end_of_input,omitempty"`
+	// AllowanceMs is the job's out-of-orderness allowance (Settings holds
+	// its horizon): the batch recount must judge clicks with both. Nil in
+	// checkpoints of versions that did not record it.
+	AllowanceMs *int64 `json:"allowance_ms,omitempty"`
 }
 
 // checkpoints builds checkpoints in a local scratch folder and keeps them

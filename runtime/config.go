@@ -79,6 +79,13 @@ type Config struct {
 	// FlushWritesPerSec limits the full flush's own writes; default 500 for
 	// an external row store (DynamoDB), unlimited for the embedded one.
 	FlushWritesPerSec float64
+	// DedupMemoryBytes bounds the memory of the dedup filters, shared
+	// evenly by the pre-aggregator subtasks (state.Dedup.SetFilterBudget).
+	// Past it the filters fold: memory stays flat however many click ids
+	// are live, and each new id then costs more lookups in the state store
+	// (adclick_dedup_vain_lookups_total). Default 1 GiB: 24 bits per id for
+	// about 350 million live ids, two hours at 48,000 clicks/s.
+	DedupMemoryBytes int64
 	// NoDedup and NoCheckpoint are for benchmarks only.
 	NoDedup, NoCheckpoint bool
 	// VerifyFlush makes Open check, after the full flush, that the
@@ -114,6 +121,12 @@ type Config struct {
 	// it. nil: the data dir's lock alone (one machine).
 	Lease *LeaseConfig
 
+	// Retention is how long rows are kept after their bucket ends
+	// (sink.Retention: zero fields take its defaults, 35 days for minute
+	// rows and 400 for hour rows). The embedded store under DataDir/store
+	// expires by it; an external Rows is built with it by the caller.
+	Retention sink.Retention
+
 	// Rows and Totals are the sinks; nil selects the embedded store under
 	// DataDir/store.
 	Rows   sink.Rows
@@ -132,6 +145,9 @@ type KinesisConfig struct {
 	// Logger are set by the runtime.
 	Options kinesis.Options
 }
+
+// DefaultDedupMemoryBytes is Config.DedupMemoryBytes's default.
+const DefaultDedupMemoryBytes = 1 << 30
 
 // EnsureDefaults fills zero fields.
 func (c *Config) EnsureDefaults() {
@@ -164,6 +180,7 @@ func (c *Config) EnsureDefaults() {
 	def(&c.CheckpointPauseMs, 5_000)
 	def(&c.CheckpointTimeoutMs, 60_000)
 	def(&c.SinkOutageMs, 300_000)
+	def(&c.DedupMemoryBytes, DefaultDedupMemoryBytes)
 	if c.CheckpointsKept == 0 {
 		c.CheckpointsKept = 3
 	}
@@ -222,6 +239,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GuardMs < c.HorizonMs {
 		errs = append(errs, fmt.Errorf("guard %d ms must be at least the horizon %d ms", c.GuardMs, c.HorizonMs))
+	}
+	if c.DedupMemoryBytes < 0 {
+		errs = append(errs, fmt.Errorf("dedup memory %d bytes must be positive", c.DedupMemoryBytes))
 	}
 	if c.JobGen < 0 {
 		errs = append(errs, fmt.Errorf("job generation %d must not be negative", c.JobGen))

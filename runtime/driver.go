@@ -581,6 +581,7 @@ func (d *driver) checkpointOnce(ctx context.Context, procMs int64, final, savepo
 	j.m.ckptSize.Set(float64(meta.SizeBytes))
 	j.m.ckptUploaded.Set(float64(meta.Uploaded))
 	j.m.lastCkptID.Set(float64(id))
+	j.m.lastCkptTime.Set(float64(time.Now().UnixMilli()) / 1000)
 	j.mu.Lock()
 	j.status.LastCheckpoint = &meta
 	j.mu.Unlock()
@@ -630,7 +631,7 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 		}
 	}
 	meta := Meta{ID: id, JobGen: j.cfg.JobGen, Fingerprint: fp, Settings: desc, Positions: positions, Floors: pc.floors,
-		Forgotten: pc.forgotten, Shards: shards, Watermark: wm, Parallelism: j.cfg.Parallelism, Restored: j.c,
+		Forgotten: pc.forgotten, Shards: shards, Watermark: wm, AllowanceMs: new(j.cfg.allowance()), Parallelism: j.cfg.Parallelism, Restored: j.c,
 		TakenAtMs: d.procMs, Final: final, EndOfInput: endOfInput}
 	meta, loc, err := j.ckpts.put(ctx, meta, savepoint, began, func(dir string) error {
 		cerr := j.st.Checkpoint(filepath.Join(dir, "state"))

@@ -173,7 +173,7 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	j.rows, j.totals = cfg.Rows, cfg.Totals
 	if j.rows == nil {
-		j.store, err = embedded.Open(filepath.Join(cfg.DataDir, "store"), embedded.Options{Registerer: cfg.Registerer})
+		j.store, err = embedded.Open(filepath.Join(cfg.DataDir, "store"), embedded.Options{Registerer: cfg.Registerer, Retention: cfg.Retention})
 		if err != nil {
 			j.Close()
 			return nil, fmt.Errorf("runtime: open embedded store: %w", err)
@@ -324,6 +324,7 @@ func (j *Job) build() error {
 		var dd *state.Dedup
 		if !j.cfg.NoDedup {
 			dd = j.st.NewDedup()
+			dd.SetFilterBudget(int(j.cfg.DedupMemoryBytes / int64(p)))
 			d = dd
 		}
 		pa, err := preagg.New(preagg.Options{WindowMs: j.cfg.WindowMs, HorizonMs: j.cfg.HorizonMs, GuardMs: j.cfg.GuardMs,
@@ -577,7 +578,7 @@ func (j *Job) Run(ctx context.Context) error {
 	defer close(j.done)
 	if j.cfg.Recount {
 		f, err := recount.NewFinalizer(recount.FinalizerOptions{Recount: recount.Options{
-			Store: j.lake, Rows: j.rows, Gen: j.cfg.JobGen, Logger: j.log,
+			Store: j.lake, Rows: j.rows, Gen: j.cfg.JobGen, Logger: j.log, Registerer: j.cfg.Registerer,
 			Judge: recount.Judge{HorizonMs: j.cfg.HorizonMs, AllowanceMs: new(j.cfg.allowance())},
 			// Only what the last completed checkpoint covers is surely in
 			// the lake.

@@ -1,9 +1,12 @@
 package runtime
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adclick/adclick/preagg"
+	"github.com/adclick/adclick/state"
 )
 
 // metrics are the runtime's Prometheus metrics. Every known label
@@ -29,6 +32,7 @@ type metrics struct {
 	ckptSize       prometheus.Gauge
 	ckptUploaded   prometheus.Gauge
 	lastCkptID     prometheus.Gauge
+	lastCkptTime   prometheus.Gauge
 	writes         *prometheus.CounterVec
 	refused        *prometheus.CounterVec
 	sinkRetries    *prometheus.CounterVec
@@ -37,6 +41,10 @@ type metrics struct {
 	restores       prometheus.Counter
 	restoreSecs    prometheus.Gauge
 	blocked        *prometheus.CounterVec
+	dedupBytes     *prometheus.GaugeVec
+	dedupVain      prometheus.Counter
+	dedupGets      prometheus.Counter
+	dedupFolds     prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -64,7 +72,9 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		ckptSize:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_checkpoint_size_bytes", Help: "Size of the last completed checkpoint."}),
 		ckptUploaded:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_checkpoint_uploaded_bytes", Help: "Bytes the last checkpoint added to checkpoint storage (incremental)."}),
 		lastCkptID:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_checkpoint_last_id", Help: "Id of the last completed checkpoint."}),
-		writes:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_sink_writes_total", Help: "Row writes sent to the ad_metrics store, by writer."}, []string{"writer"}),
+		lastCkptTime: prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_checkpoint_last_completed_timestamp_seconds",
+			Help: "When the last checkpoint completed, Unix seconds of the wall clock (0 before the first of this process); time() minus it is the checkpoint age."}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_sink_writes_total", Help: "Row writes sent to the ad_metrics store, by writer."}, []string{"writer"}),
 		sinkRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_sink_retries_total",
 			Help: "Row write batches sent again while the row store was unavailable (waited out up to --sink-outage-ms), by writer."}, []string{"writer"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_sink_refused_writes_total",
@@ -75,6 +85,13 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		restoreSecs:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_restore_flush_seconds", Help: "Duration of the last restore and full flush."}),
 		blocked: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_backpressure_seconds_total",
 			Help: "Time senders spent blocked on a full channel (backpressure), by stage."}, []string{"stage"}),
+		dedupBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adclick_dedup_filter_bytes",
+			Help: "Memory of each pre-aggregator's dedup filters (bounded by --dedup-memory-mb), as of its last checkpoint."}, []string{"subtask"}),
+		dedupVain: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_dedup_vain_lookups_total",
+			Help: "New click ids a dedup filter could not answer (a false positive: looked up in the state store in vain); rises when the filters are folded to fit their budget."}),
+		dedupGets: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_dedup_state_gets_total", Help: "Point lookups of click ids in the state store."}),
+		dedupFolds: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_dedup_filter_folds_total",
+			Help: "Dedup filters halved to stay within --dedup-memory-mb."}),
 	}
 	for _, k := range []string{"minute", "hour", "early"} {
 		m.firings.WithLabelValues(k)
@@ -90,14 +107,24 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.totalsUp.Set(1)
 	if r != nil {
 		for _, c := range []prometheus.Collector{m.records, m.lateness, m.partials, m.firings, m.watermark, m.watermarkLag,
-			m.shardWatermark, m.shardIdle, m.ckptDuration, m.ckpts, m.ckptSize, m.ckptUploaded, m.lastCkptID, m.writes,
-			m.refused, m.sinkRetries, m.totalsErrors, m.totalsUp, m.restores, m.restoreSecs, m.blocked} {
+			m.shardWatermark, m.shardIdle, m.ckptDuration, m.ckpts, m.ckptSize, m.ckptUploaded, m.lastCkptID, m.lastCkptTime, m.writes,
+			m.refused, m.sinkRetries, m.totalsErrors, m.totalsUp, m.restores, m.restoreSecs, m.blocked,
+			m.dedupBytes, m.dedupVain, m.dedupGets, m.dedupFolds} {
 			r.MustRegister(c)
 		}
 	}
 	m.ckpts.WithLabelValues("completed")
 	m.ckpts.WithLabelValues("failed")
 	return m
+}
+
+// dedup publishes a pre-aggregator's dedup counters: now since was
+// published last.
+func (m *metrics) dedup(subtask int, now, since state.DedupStats) {
+	m.dedupBytes.WithLabelValues(strconv.Itoa(subtask)).Set(float64(now.FilterBytes))
+	m.dedupVain.Add(float64(now.VainLookups - since.VainLookups))
+	m.dedupGets.Add(float64(now.Gets - since.Gets))
+	m.dedupFolds.Add(float64(now.Folds - since.Folds))
 }
 
 func (m *metrics) verdict(v preagg.Verdict) {

@@ -109,6 +109,8 @@ type preSub struct {
 	// slices come back through freeParts.
 	parts     [][]preagg.Partial
 	freeParts chan []preagg.Partial
+	// dedupSeen holds the dedup's counters as last published.
+	dedupSeen state.DedupStats
 }
 
 // run handles messages until the end of the graph (mEnd) or until ctx, the
@@ -215,6 +217,9 @@ func (s *preSub) handle(ctx context.Context, msg toPre) error {
 		var err error
 		if s.dedup != nil {
 			err = s.dedup.Commit()
+			st := s.dedup.Stats()
+			s.m.dedup(s.idx, st, s.dedupSeen)
+			s.dedupSeen = st
 		}
 		if err == nil {
 			// The lake holds every verdict the checkpoint covers.

@@ -30,8 +30,9 @@
 # Needs: Go, Node.js >= 20 with npm. redis-server, promtool (Debian's
 # prometheus package) and chromium are installed with apt-get when missing;
 # the npm servers are installed with `npm ci` from
-# scripts/servers/package-lock.json, and DuckDB from
-# scripts/duckdb/package-lock.json, when node_modules is out of date.
+# scripts/servers/package-lock.json, DuckDB from
+# scripts/duckdb/package-lock.json and the CloudFormation validator from
+# deploy/cfn-validate/package-lock.json, when node_modules is out of date.
 # shellcheck disable=SC2317 # functions run from traps look unreachable
 set -euo pipefail
 
@@ -230,6 +231,26 @@ else
 	info "installed in $((SECONDS - t0))s"
 fi
 
+# The CloudFormation template is checked against the AWS resource
+# specification of @aws-cdk/aws-service-spec (npm registry; cfn-lint is not
+# installable from the registries the test command reaches) by
+# deploy/cfn-validate/validate.js.
+readonly CFN_DIR="$ROOT/deploy/cfn-validate"
+cfn_stamp_file="$CFN_DIR/node_modules/.adclick-install-stamp"
+want_cfn_stamp="$(cat "$CFN_DIR/package-lock.json" "$CFN_DIR/package.json" | sha256sum | cut -d' ' -f1) node-$(node --version)"
+if [ -f "$cfn_stamp_file" ] && [ "$(cat "$cfn_stamp_file")" = "$want_cfn_stamp" ]; then
+	step "CloudFormation validator is up to date (deploy/cfn-validate/node_modules)"
+else
+	step "installing the CloudFormation validator (npm ci in deploy/cfn-validate)"
+	t0=$SECONDS
+	(cd "$CFN_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) ||
+		die "npm ci in deploy/cfn-validate failed: the template cannot be validated"
+	(cd "$CFN_DIR" && node -e "require('@aws-cdk/aws-service-spec').loadAwsServiceSpecSync(); require('yaml')") ||
+		die "the AWS resource specification (@aws-cdk/aws-service-spec) does not load"
+	printf '%s\n' "$want_cfn_stamp" >"$cfn_stamp_file"
+	info "installed in $((SECONDS - t0))s"
+fi
+
 # ---------------------------------------------------------------------------
 # Servers
 # ---------------------------------------------------------------------------
@@ -379,6 +400,11 @@ fi
 # ---------------------------------------------------------------------------
 step "promtool check rules deploy/prometheus/*.yml"
 promtool check rules "$ROOT"/deploy/prometheus/*.yml
+
+step "CloudFormation template against the AWS resource specification"
+node "$CFN_DIR/selftest.js" || die "the CloudFormation validator's self-test failed"
+node "$CFN_DIR/validate.js" "$ROOT/deploy/cloudformation/adclick.yaml" ||
+	die "deploy/cloudformation/adclick.yaml does not match the AWS resource specification"
 
 if [ "${ADCLICK_TEST_NO_VET:-0}" != 1 ]; then
 	step "go vet -tags integration ${PKGS[*]}"

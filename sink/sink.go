@@ -16,6 +16,7 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -186,6 +187,135 @@ func ParseBucket(b string) (startMs int64, hour bool, err error) {
 	return t.UnixMilli(), hour, nil
 }
 
+// Defaults and floors of Retention.
+const (
+	// DefaultMinuteRetention keeps minute rows 35 days after their minute.
+	DefaultMinuteRetention = 35 * 24 * time.Hour
+	// DefaultHourRetention keeps hour rows, which are billing, 400 days
+	// after their hour.
+	DefaultHourRetention = 400 * 24 * time.Hour
+	// MinMinuteRetention is the shortest minute retention Validate accepts:
+	// more than the 48 h a minute's running total lives, which the rebuild
+	// of a wiped running-total store reads back from minute rows.
+	MinMinuteRetention = 3 * 24 * time.Hour
+	// MinHourRetention is the shortest hour retention Validate accepts:
+	// more than the 8 days an hour's running total lives (rebuilt from hour
+	// rows the same way), and time enough for a recount that was held up.
+	MinHourRetention = 10 * 24 * time.Hour
+	// Forever, as a Retention field, keeps rows of that kind forever: their
+	// writes carry no expiry.
+	Forever time.Duration = -1
+)
+
+// Retention is how long the row store keeps rows after their bucket ends.
+// Every tagged write of a row (and the recount's write of an hour row that
+// has none yet) sets its expiry, expires_at, to the end of its minute or
+// hour plus the retention of its kind, in Unix seconds; DynamoDB's TTL
+// deletes it some time (usually days) after that, and the embedded store
+// deletes it at once once its clock has passed it. A zero field takes its
+// default; Forever keeps rows of that kind.
+//
+// Why expiry can never take a row something still needs:
+//
+//   - The expiry is a function of the bucket alone, not of the time of the
+//     write: every write of a row, the first, a retried one, the flush's
+//     rewrite after a restore and the replay's, sets the same value, so
+//     rewriting never moves it and a row lives at least retention past its
+//     bucket's end, however late it was written.
+//   - The stream writes only buckets near its watermark: minutes as they
+//     close, hour roll-ups of the hours being closed, late totals within
+//     the horizon (2 h) after an hour. None is within days of its expiry,
+//     so no write lands on a row that TTL is about to remove.
+//   - The flush after a restore from checkpoint c reads rows only through
+//     the tag index, and only those tagged ≥ c; its decision (flush.Decide)
+//     depends on the tag, and the values it writes come from restored
+//     state, never from other rows. A row TTL took before the flush reached
+//     it holds nothing to undo: a minute row would have been deleted, an
+//     hour row is rewritten from state (with the same expires_at). So
+//     expiry cannot confuse the flush, even after a restore from an old
+//     savepoint. What expiry does take with a row is its closed-row fence
+//     (fast_ckpt ≥ the restored checkpoint): that matters only for a write
+//     of a bucket already past its retention, which no live job makes.
+//   - The recount reads the lake, not rows; it writes final_* on hour rows,
+//     and reconciliation reads hour rows, once an hour is over by the
+//     horizon: hours, not days, after it ends, far inside MinHourRetention.
+//     Its write never shortens a row's life (it sets expires_at only on a
+//     row that has none).
+//   - The rebuild of a wiped running-total store reads minute rows of the
+//     last 48 h and hour rows of the last 8 days: MinMinuteRetention and
+//     MinHourRetention are longer.
+//   - No reader is confused by the attribute: the adapters' decoders ignore
+//     attributes they do not know (sink/dynamo's decodeItem) or keep it out
+//     of Item (the embedded store), so Item, the flush's and the recount's
+//     input, never carries it; the flush's conditional Delete ("no other
+//     writer's attributes") does not count it as a writer's.
+//
+// A job reading a stream far behind (more than the minute retention of
+// backlog) writes minute rows that expire soon after; their hour rows keep
+// the counts. A changed retention applies to rows written from then on.
+type Retention struct {
+	Minute time.Duration // minute rows; default DefaultMinuteRetention
+	Hour   time.Duration // hour rows; default DefaultHourRetention
+}
+
+// RetentionDays returns the retention of minute and hour rows given in
+// days, 0 meaning forever (the command line's convention).
+func RetentionDays(minuteDays, hourDays int) Retention {
+	d := func(n int) time.Duration {
+		if n == 0 {
+			return Forever
+		}
+		return time.Duration(n) * 24 * time.Hour
+	}
+	return Retention{Minute: d(minuteDays), Hour: d(hourDays)}
+}
+
+// EnsureDefaults sets each zero field to its default.
+func (r *Retention) EnsureDefaults() {
+	if r.Minute == 0 {
+		r.Minute = DefaultMinuteRetention
+	}
+	if r.Hour == 0 {
+		r.Hour = DefaultHourRetention
+	}
+}
+
+// Validate reports every problem with r (after EnsureDefaults), or nil.
+func (r Retention) Validate() error {
+	var errs []error
+	if r.Minute != Forever && r.Minute < MinMinuteRetention {
+		errs = append(errs, fmt.Errorf("sink: minute retention %v is shorter than %v (a rebuild of the running totals reads minute rows that old)", r.Minute, MinMinuteRetention))
+	}
+	if r.Hour != Forever && r.Hour < MinHourRetention {
+		errs = append(errs, fmt.Errorf("sink: hour retention %v is shorter than %v (hour rows are billing; the rebuild of running totals reads them)", r.Hour, MinHourRetention))
+	}
+	return errors.Join(errs...)
+}
+
+// ExpiresAt returns the expiry of the row in bucket, in Unix seconds: the
+// end of its minute or hour plus the retention of its kind. ok is false
+// when the row never expires (Forever, or a bucket that does not parse).
+// Call it after EnsureDefaults.
+func (r Retention) ExpiresAt(bucket string) (sec int64, ok bool) {
+	startMs, hour, err := ParseBucket(bucket)
+	if err != nil {
+		return 0, false
+	}
+	return r.ExpiresAtStart(startMs, hour)
+}
+
+// ExpiresAtStart is ExpiresAt for a bucket already parsed (ParseBucket).
+func (r Retention) ExpiresAtStart(startMs int64, hour bool) (sec int64, ok bool) {
+	keep, size := r.Minute, int64(60_000)
+	if hour {
+		keep, size = r.Hour, 3_600_000
+	}
+	if keep < 0 {
+		return 0, false
+	}
+	return (startMs+size)/1000 + int64(keep/time.Second), true
+}
+
 // Total is a running total for dashboards: per ad and minute (Hour false) or
 // per ad and hour (Hour true), as absolute values.
 type Total struct {
@@ -237,6 +367,13 @@ type Rows interface {
 	// deleted reports whether the whole item went; ok whether anything was
 	// changed.
 	Delete(ctx context.Context, k Key, w Writer, ckpt int64) (deleted, ok bool, err error)
+	// QueryBucket calls fn for the items of bucket whose entity sorts after
+	// after ("" = from the first), in entity order (byte order of the
+	// strings), and stops after limit items (limit < 1: no limit). It reads
+	// an index on bucket, so its cost is that of the items it returns, not
+	// of the table. On DynamoDB the index is eventually consistent: a write
+	// of the last second may be missing.
+	QueryBucket(ctx context.Context, bucket, after string, limit int, fn func(Item) error) error
 	// Scan calls fn for every item, in no particular order.
 	Scan(ctx context.Context, fn func(Item) error) error
 }

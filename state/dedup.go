@@ -92,10 +92,14 @@ type partition struct {
 	// ids (pending or in the DB). Expire clears the bits of expired buckets.
 	present uint64
 	f       *blockBloom
-	// capped is set once the filter was folded to stay within the budget:
-	// it no longer grows, and takes more ids than it was sized for (more
-	// false positives) instead of being rebuilt.
-	capped bool
+	// foldedAt is the number of ids the filter held when it was last
+	// folded to stay within the budget (0: never). A folded filter takes
+	// more ids than it was sized for (more false positives) and is rebuilt
+	// larger only once it holds twice as many: a partition that still
+	// receives most new ids (the newest) keeps growing, at the price of
+	// folding others, while one that receives a stray id now and then is
+	// not read back from the DB for each.
+	foldedAt int
 }
 
 // NewDedup returns a Dedup on db with an empty pending batch.
@@ -108,10 +112,10 @@ const minFilterCapacity = 256
 
 // SetFilterBudget bounds the memory of the Dedup's filters to about bytes
 // (0 or less: no bound). Past the budget, filters are folded in half —
-// the densest first (most bits per id), the oldest among equals — and a
-// folded filter no longer grows: memory stays within the budget whatever
-// the number of live ids, and the price is more false positives, each a
-// few point lookups in Pebble (Stats.VainLookups, Stats.Gets). A filter
+// the densest first (most bits per id), the oldest among equals: memory
+// stays within the budget whatever the number of live ids, and the price
+// is more false positives, each a few point lookups in Pebble
+// (Stats.VainLookups, Stats.Gets). A filter
 // folds down to at most 15 blocks of 64 bytes, so the bound holds once
 // the budget exceeds about 1 KiB per live partition (key groups × 5 for a
 // 2 h horizon).
@@ -177,7 +181,7 @@ func (d *Dedup) enforceBudget(grown *partition) {
 		}
 		before := victim.f.sizeBytes()
 		victim.f.fold()
-		victim.capped = true
+		victim.foldedAt = victim.f.count()
 		d.filterBytes -= before - victim.f.sizeBytes()
 		d.folds++
 		d.kgs[vkg].reindex()
@@ -199,7 +203,7 @@ func (g *keyGroup) reindex() {
 func (d *Dedup) remember(kg int, bucket int64, h uint64) error {
 	g := &d.kgs[kg]
 	p := d.partitionFor(kg, bucket, 0)
-	if p.f.full() && !p.capped {
+	if p.f.full() && p.f.count() >= 2*p.foldedAt {
 		if err := d.regrow(kg, p); err != nil {
 			return err
 		}

@@ -90,19 +90,22 @@
 // DB, which costs memory and lookups only. A full filter is rebuilt four
 // times as large from its partition's keys in the DB and the pending
 // batch: each filter stays a single Bloom filter, one block per partition
-// to test.
+// to test. A key group's filters are built from the DB on the
+// Dedup's first use of that key group (after a restore this reads every id
+// of the key group once), which is why two Dedups must not share a key
+// group.
 //
 // The filters' memory has a budget (Dedup.SetFilterBudget; the job gives
 // each pre-aggregator its share of --dedup-memory-mb). Past it, a filter
 // is folded in half — adjacent blocks ORed together, which keeps every id
 // because an id's block among n/2 blocks is its block among n halved —
-// the densest filter first, so the budget is spread evenly over the ids;
-// a folded filter no longer grows and takes more ids than it was sized
-// for. So memory is bounded whatever the number of live ids, and what
-// rises instead is the share of new ids that a filter cannot answer, each
-// answered by point Gets in Pebble (whose own table filters and block
-// cache are bounded by Options). BenchmarkDedupBudget measures the cost. A key group's filters are built from the DB on the
-// Dedup's first use of that key group (after a restore this reads every id
-// of the key group once), which is why two Dedups must not share a key
-// group.
+// the densest filter first, so the budget is spread evenly over the ids.
+// A folded filter takes more ids than it was sized for, and is rebuilt
+// larger (folding others) only once it holds twice the ids it had when
+// folded, so the newest partition keeps growing and the old ones are not
+// read back for a stray id. So memory is bounded whatever the number of
+// live ids, and what rises instead is the share of new ids that a filter
+// cannot answer, each answered by point Gets in Pebble (whose own table
+// filters and block cache are bounded by Options). BenchmarkDedupBudget
+// measures the cost.
 package state

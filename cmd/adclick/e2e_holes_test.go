@@ -886,7 +886,7 @@ func testAppendToFinishedFile(t *testing.T) {
 	trace := filepath.Join(dir, "trace.jsonl")
 	run(t, 0, "gen", "--out", trace, "--clicks", "1500", "--rate", "5", "--ads", "30", "--shards", "3",
 		"--tail-fraction", "0.02", "--tail-max-ms", "600000", "--dup-fraction", "0.02", "--invalid-fraction", "0.01",
-		"--seed", "23")
+		"--seed", "23", "--start-ms", "1795946400000")
 	data := filepath.Join(dir, "data")
 	flags := withFlags("--parallelism", "2", "--checkpoint-interval-ms", "5000")
 	run(t, 0, append([]string{"run", "--source", "file:" + trace, "--data", data}, flags...)...)

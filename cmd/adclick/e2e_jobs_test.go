@@ -32,6 +32,7 @@ type jobProc struct {
 	cmd   *exec.Cmd
 	base  string // http://host:port of the job's API
 	token string
+	data  string // the job's --data, where it keeps the admin token it generated
 
 	mu     sync.Mutex
 	stderr bytes.Buffer
@@ -67,7 +68,7 @@ func startJob(t *testing.T, name, token string, args ...string) *jobProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	j := &jobProc{t: t, name: name, cmd: cmd, token: token, done: make(chan struct{})}
+	j := &jobProc{t: t, name: name, cmd: cmd, token: token, data: flagValue(args, "data"), done: make(chan struct{})}
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pipe)
@@ -122,6 +123,20 @@ func startJob(t *testing.T, name, token string, args ...string) *jobProc {
 		t.Fatalf("%s: no API address logged within %v", name, jobStartTimeout)
 	}
 	return j
+}
+
+// flagValue returns the last value of --name in args ("" if none).
+func flagValue(args []string, name string) string {
+	v := ""
+	for i, a := range args {
+		switch {
+		case a == "--"+name && i+1 < len(args):
+			v = args[i+1]
+		case strings.HasPrefix(a, "--"+name+"="):
+			v = strings.TrimPrefix(a, "--"+name+"=")
+		}
+	}
+	return v
 }
 
 // log returns what the job has logged so far.
@@ -271,6 +286,8 @@ func (j *jobProc) tryCLI(args ...string) ([]byte, string, error) {
 	full := append([]string{args[0], "--api", j.base}, args[1:]...)
 	if j.token != "" {
 		full = append(full, "--token", j.token)
+	} else if j.data != "" {
+		full = append(full, "--data", j.data) // the command reads the token the job generated there
 	}
 	cmd := exec.Command(binPath, full...)
 	var out, errb bytes.Buffer

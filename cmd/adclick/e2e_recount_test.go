@@ -43,7 +43,8 @@ func genTraceBeyond(t *testing.T, path string, clicks int, seed int) {
 	t.Helper()
 	run(t, 0, "gen", "--out", path, "--clicks", strconv.Itoa(clicks), "--rate", "100", "--ads", "40",
 		"--shards", "3", "--tail-fraction", "0.06", "--tail-max-ms", "9000000", "--dup-fraction", "0.04",
-		"--invalid-fraction", "0.01", "--skew-fraction", "0.01", "--idle-every-ms", "80000", "--seed", strconv.Itoa(seed))
+		"--invalid-fraction", "0.01", "--skew-fraction", "0.01", "--idle-every-ms", "80000", "--seed", strconv.Itoa(seed),
+		"--start-ms", "1795946400000")
 }
 
 // finalRef is the independent count of a trace under the batch rule.

@@ -51,7 +51,8 @@ func genTraceRate(t *testing.T, path string, clicks int, seed int, rate float64)
 	t.Helper()
 	run(t, 0, "gen", "--out", path, "--clicks", strconv.Itoa(clicks), "--rate", strconv.FormatFloat(rate, 'f', -1, 64), "--ads", "40",
 		"--shards", "3", "--tail-fraction", "0.05", "--tail-max-ms", "5400000", "--dup-fraction", "0.03",
-		"--invalid-fraction", "0.01", "--skew-fraction", "0.01", "--idle-every-ms", "80000", "--seed", strconv.Itoa(seed))
+		"--invalid-fraction", "0.01", "--skew-fraction", "0.01", "--idle-every-ms", "80000", "--seed", strconv.Itoa(seed),
+		"--start-ms", "1795946400000")
 }
 
 var runFlags = []string{"--listen", "", "--progress", "0", "--parallelism", "2", "--checkpoint-interval-ms", "5000",

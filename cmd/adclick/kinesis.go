@@ -20,12 +20,15 @@ import (
 	"github.com/adclick/adclick/ingest/kpl"
 )
 
+// newKinesisClient returns a Kinesis client with the SDK's retries off:
+// the readers, Put and the stream setup retry themselves (see
+// kinesis.NewClient).
 func newKinesisClient(ctx context.Context) (*awskinesis.Client, error) {
 	cfg, err := loadAWS(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return awskinesis.NewFromConfig(cfg), nil
+	return kinesis.NewClient(cfg), nil
 }
 
 // parseStartAt parses --start-at: trim_horizon, latest or an RFC 3339 time.
@@ -67,7 +70,13 @@ go to one.) Blank lines are ignored, as the file source ignores them. A line
 that cannot be one Kinesis record (1 MiB of data plus partition key; less
 with --aggregate, for the KPL framing) is reported by its line number and
 skipped; the rest is sent, and the command then exits 1. If a put fails, the
-error says how many records were confirmed written, through which line.`
+error says how many records were confirmed written, through which line.
+
+Clicks whose impression is more than --horizon-ms before now are counted by
+the stream (by event time) but rejected by the recount (arrival minus
+impression beyond the horizon), so they are never billed: put warns on
+stderr with their number. A trace from adclick gen with its default
+--start-ms now has none but its heavy tail.`
 
 // Kinesis limits of one record.
 const (
@@ -83,6 +92,7 @@ func cmdPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	from := fs.String("from", "", "click file (JSON Lines, file-source format)")
 	to := fs.String("to", "", "kinesis:STREAM")
 	aggregate := fs.Bool("aggregate", false, "KPL-aggregate the records")
+	horizonMs := fs.Int64("horizon-ms", 7_200_000, "the job's acceptance horizon, ms, for the warning about clicks the recount will reject")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -102,13 +112,19 @@ func cmdPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	p, err := newPutter(ctx, api, stream, *aggregate)
+	p, err := newPutter(ctx, api, stream, *aggregate, *horizonMs)
 	if err != nil {
 		return err
 	}
+	var in io.Reader = f
+	var bar *progress
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		bar = newProgress(stderr, fi.Size(), "put into "+stream, "bytes")
+		in = progressReader{f, bar}
+	}
 	var skipped []int
 	lines := 0 // non-blank
-	err = eachLine(f, maxRecordBytes, func(n int, line []byte, size int) error {
+	err = eachLine(in, maxRecordBytes, func(n int, line []byte, size int) error {
 		if size == 0 {
 			return nil
 		}
@@ -131,6 +147,8 @@ func cmdPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err == nil {
 		err = p.flush(ctx)
 	}
+	bar.finish()
+	warnOld(stderr, "put", p.old, *horizonMs)
 	if err != nil {
 		return p.failed(err)
 	}
@@ -256,12 +274,36 @@ type putter struct {
 
 	sent     int // user records confirmed written
 	sentLast int // line number of the last of them
+
+	horizonMs int64
+	nowMs     int64 // the clock, read at each batch
+	old       oldClicks
+}
+
+// oldClicks counts the clicks put whose impression was more than the
+// horizon before they were put: the recount rejects them.
+type oldClicks struct {
+	n, of    int   // old clicks, of the valid ones
+	oldestMs int64 // the oldest impression among them
+	maxAgeMs int64 // now - oldestMs when it was seen
+}
+
+// warnOld warns on stderr about the clicks the recount will reject.
+func warnOld(stderr io.Writer, cmd string, o oldClicks, horizonMs int64) {
+	if o.n == 0 {
+		return
+	}
+	fmt.Fprintf(stderr, "adclick %s: warning: %d of %d valid clicks have an impression more than %v before they were put "+
+		"(the oldest %v before, at %s): the stream counts them by event time, but the recount rejects them as beyond the horizon, "+
+		"so they are never billed; a trace from adclick gen should keep its default --start-ms now\n",
+		cmd, o.n, o.of, time.Duration(horizonMs)*time.Millisecond, (time.Duration(o.maxAgeMs) * time.Millisecond).Round(time.Second),
+		time.UnixMilli(o.oldestMs).UTC().Format(time.RFC3339))
 }
 
 // aggregateBatch is the most user records put in one go with --aggregate.
 const aggregateBatch = 5000
 
-func newPutter(ctx context.Context, api kinesis.API, stream string, aggregate bool) (*putter, error) {
+func newPutter(ctx context.Context, api kinesis.API, stream string, aggregate bool, horizonMs int64) (*putter, error) {
 	keys, err := kinesis.ShardHashKeys(ctx, api, stream)
 	if err != nil {
 		return nil, err
@@ -269,14 +311,15 @@ func newPutter(ctx context.Context, api kinesis.API, stream string, aggregate bo
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("stream %s has no open shard", stream)
 	}
-	return &putter{api: api, stream: stream, aggregate: aggregate, keys: keys, shardOf: map[string]int{}}, nil
+	return &putter{api: api, stream: stream, aggregate: aggregate, keys: keys, shardOf: map[string]int{},
+		horizonMs: horizonMs, nowMs: time.Now().UnixMilli()}, nil
 }
 
 // add queues line n of the input, putting the queued records first when
 // the batch is full. A line that cannot be one record is refused with a
 // *tooLargeError and changes nothing.
 func (p *putter) add(ctx context.Context, line []byte, n int) error {
-	ingest.Decode(line, &p.c)
+	valid := ingest.Decode(line, &p.c) == "" && p.c.ImpressionMs > 0
 	pk := partitionKey(line, &p.c)
 	idx, known := p.shardOf[p.c.Shard]
 	if !known {
@@ -308,6 +351,15 @@ func (p *putter) add(ctx context.Context, line []byte, n int) error {
 	p.batch = append(p.batch, kinesis.PutRecord{Data: append([]byte(nil), line...), PartitionKey: pk, ExplicitHashKey: ehk})
 	p.batchBytes += size
 	p.batchLast = n
+	if valid {
+		p.old.of++
+		if age := p.nowMs - p.c.ImpressionMs; age > p.horizonMs {
+			p.old.n++
+			if p.old.n == 1 || p.c.ImpressionMs < p.old.oldestMs {
+				p.old.oldestMs, p.old.maxAgeMs = p.c.ImpressionMs, age
+			}
+		}
+	}
 	return nil
 }
 
@@ -331,6 +383,7 @@ func (p *putter) flush(ctx context.Context) error {
 	p.sent += len(p.batch)
 	p.sentLast = p.batchLast
 	p.batch, p.batchBytes = p.batch[:0], 0
+	p.nowMs = time.Now().UnixMilli()
 	return nil
 }
 
@@ -344,15 +397,16 @@ func (p *putter) failed(err error) error {
 }
 
 // putLines puts every line of each into the stream (see putter); a line
-// too large for one record is an error. It returns the records written.
-func putLines(ctx context.Context, stream string, aggregate bool, each func(func([]byte) error) error) (int, error) {
+// too large for one record is an error. It returns the records written and
+// the clicks older than the horizon among them.
+func putLines(ctx context.Context, stream string, aggregate bool, horizonMs int64, each func(func([]byte) error) error) (int, oldClicks, error) {
 	api, err := newKinesisClient(ctx)
 	if err != nil {
-		return 0, err
+		return 0, oldClicks{}, err
 	}
-	p, err := newPutter(ctx, api, stream, aggregate)
+	p, err := newPutter(ctx, api, stream, aggregate, horizonMs)
 	if err != nil {
-		return 0, err
+		return 0, oldClicks{}, err
 	}
 	n := 0
 	err = each(func(line []byte) error {
@@ -368,7 +422,7 @@ func putLines(ctx context.Context, stream string, aggregate bool, each func(func
 		err = p.flush(ctx)
 	}
 	if err != nil {
-		return p.sent, p.failed(err)
+		return p.sent, p.old, p.failed(err)
 	}
-	return p.sent, nil
+	return p.sent, p.old, nil
 }

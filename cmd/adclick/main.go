@@ -11,13 +11,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
 	"golang.org/x/term"
 )
 
-const usage = `adclick counts ad clicks by event time, exactly once.
+const usageHead = `adclick counts ad clicks by event time, exactly once.
 
 Usage:
   adclick run   [flags]   run the job (embedded mode by default: built-in
@@ -34,15 +35,35 @@ Usage:
   adclick status          print the running job's status (API)
   adclick recount         make hours final: recount them from the lake
   adclick reconcile       compare fast + late with the recount, per ad/hour
+  adclick version         print the version, revision and Go version
   adclick help            this text
 
-Every flag can also be set with an environment variable: --data is
-ADCLICK_DATA, --job-gen is ADCLICK_JOB_GEN (the flag name in upper case,
-'-' as '_', prefixed ADCLICK_).
-A flag on the command line wins over the environment.
+`
 
+const usageTail = `
 Run "adclick <command> --help" for the flags of a command.
 `
+
+var usage = usageHead + envHelp() + usageTail
+
+// command is a subcommand: its name and what runs it.
+type command struct {
+	name string
+	run  func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// commands are the subcommands. Their names also scope the environment
+// variables (env.go).
+var commands []command
+
+func init() {
+	commands = []command{
+		{"run", cmdRun}, {"gen", cmdGen}, {"rows", cmdRows}, {"setup", cmdSetup},
+		{"savepoint", cmdSavepoint}, {"stop", cmdStop}, {"sweep", withSpinner("sweep", cmdSweep)}, {"status", cmdStatus},
+		{"recount", cmdRecount}, {"reconcile", cmdReconcile}, {"put", cmdPut}, {"bench", cmdBench},
+		{"version", cmdVersion},
+	}
+}
 
 func main() {
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
@@ -68,38 +89,23 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		case <-returned:
 		}
 	}()
-	var err error
 	switch args[0] {
-	case "run":
-		err = cmdRun(ctx, args[1:], stdout, stderr)
-	case "gen":
-		err = cmdGen(ctx, args[1:], stdout, stderr)
-	case "rows":
-		err = cmdRows(ctx, args[1:], stdout, stderr)
-	case "setup":
-		err = cmdSetup(ctx, args[1:], stdout, stderr)
-	case "savepoint":
-		err = cmdSavepoint(ctx, args[1:], stdout, stderr)
-	case "stop":
-		err = cmdStop(ctx, args[1:], stdout, stderr)
-	case "sweep":
-		err = cmdSweep(ctx, args[1:], stdout, stderr)
-	case "status":
-		err = cmdStatus(ctx, args[1:], stdout, stderr)
-	case "recount":
-		err = cmdRecount(ctx, args[1:], stdout, stderr)
-	case "reconcile":
-		err = cmdReconcile(ctx, args[1:], stdout, stderr)
-	case "put":
-		err = cmdPut(ctx, args[1:], stdout, stderr)
-	case "bench":
-		err = cmdBench(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
-	default:
+	case "--version":
+		args[0] = "version"
+	}
+	i := slices.IndexFunc(commands, func(c command) bool { return c.name == args[0] })
+	if i < 0 {
 		fmt.Fprintf(stderr, "adclick: unknown command %q\n\n%s", args[0], usage)
 		return 2
+	}
+	err := commands[i].run(ctx, args[1:], stdout, stderr)
+	var cp configPrinted
+	if errors.As(err, &cp) {
+		fmt.Fprint(stdout, cp.text)
+		return 0
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -123,46 +129,22 @@ type usageError struct{ error }
 func newFlags(name, summary string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Bool(printConfigFlag, false, "print the effective settings, each with where it came from (flag, env VARIABLE, default), and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: adclick %s [flags]\n\n%s\n\nFlags (environment variable in brackets):\n", name, summary)
+		fmt.Fprintf(stderr, "Usage: adclick %s [flags]\n\n%s\n\nFlags (environment variables in brackets, the first wins; see adclick help):\n", name, summary)
 		fs.VisitAll(func(f *flag.Flag) {
 			def := ""
 			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
 				def = fmt.Sprintf(" (default %s)", f.DefValue)
 			}
-			fmt.Fprintf(stderr, "  --%s  [%s]\n      %s%s\n", f.Name, envName(f.Name), f.Usage, def)
+			env := ""
+			if names := envNames(name, f.Name); len(names) > 0 {
+				env = "  [" + strings.Join(names, ", ") + "]"
+			}
+			fmt.Fprintf(stderr, "  --%s%s\n      %s%s\n", f.Name, env, f.Usage, def)
 		})
 	}
 	return fs
-}
-
-func envName(flagName string) string {
-	return "ADCLICK_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// parse applies environment variables, then the command line.
-func parse(fs *flag.FlagSet, args []string) error {
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := os.LookupEnv(envName(f.Name)); ok {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
-			}
-		}
-	})
-	if len(errs) > 0 {
-		return usageError{errors.Join(errs...)}
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected arguments: %v", fs.Args())}
-	}
-	return nil
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {

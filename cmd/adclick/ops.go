@@ -14,10 +14,18 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/adclick/adclick/api"
 )
 
 // The operator commands call the HTTP API of a running job (adclick run
-// --listen). They print the API's JSON answer on stdout.
+// --listen). savepoint, stop and sweep print the API's JSON answer on
+// stdout; status prints a summary for people, or the JSON with --json.
+//
+// The operator endpoints need the admin token. The commands take it from
+// --token, ADCLICK_TOKEN or ADCLICK_ADMIN_TOKEN, or else, for a job on
+// this machine (a loopback --api), from the file <--data>/admin-token
+// that adclick run wrote.
 
 const (
 	savepointSummary = `Takes a savepoint of the running job (POST /v1/savepoints) and prints its
@@ -31,8 +39,11 @@ upgrade or rescale.`
 version's job: once the old version (generation --gen) has stopped writing,
 it removes what that generation wrote since savepoint --since. Run it only
 after the old version has stopped.`
-	statusSummary = `Prints the running job's status (GET /v1/status): watermark,
-data_complete_through, shards, last checkpoint, job_gen, parallelism.`
+	statusSummary = `Prints the running job's status (GET /v1/status) for people: the watermark and
+its lag, each shard's watermark, lag and state, the last checkpoint and its
+age, late clicks, the stores' health, which hours are closed or ready for
+the recount, and hints such as "all shards idle: the watermark cannot
+advance". --json prints the API's JSON answer instead.`
 )
 
 // maxAnswerBytes bounds what the commands read of an answer.
@@ -42,12 +53,17 @@ const maxAnswerBytes = 4 << 20
 type apiClient struct {
 	base    string
 	token   string
+	data    string
 	timeout time.Duration
+	// tokenNote says where the token came from, or why none was found in
+	// the data directory; it is added to a 401's error.
+	tokenNote string
 }
 
 func (c *apiClient) register(fs *flag.FlagSet, timeout time.Duration) {
 	fs.StringVar(&c.base, "api", "http://127.0.0.1:8080", "base URL of the job's HTTP API")
-	fs.StringVar(&c.token, "token", "", "bearer token of the API (default: $ADCLICK_ADMIN_TOKEN)")
+	fs.StringVar(&c.token, "token", "", "bearer token of the API (default: $ADCLICK_ADMIN_TOKEN, else for a loopback --api the token adclick run wrote to <--data>/"+adminTokenFile+")")
+	fs.StringVar(&c.data, "data", "./adclick-data", "the job's data directory, where adclick run keeps the admin token it generated (used when no token is given and --api is loopback)")
 	fs.DurationVar(&c.timeout, "timeout", timeout, "give up after this long")
 }
 
@@ -58,33 +74,73 @@ func (c *apiClient) check() error {
 		return usageError{fmt.Errorf("--api %q: want an http:// or https:// URL such as http://127.0.0.1:8080", c.base)}
 	}
 	c.base = strings.TrimRight(c.base, "/")
+	if c.timeout <= 0 {
+		return usageError{fmt.Errorf("--timeout %v: want a positive duration", c.timeout)}
+	}
 	if c.token == "" {
 		c.token = os.Getenv("ADCLICK_ADMIN_TOKEN")
 	}
-	if c.timeout <= 0 {
-		return usageError{fmt.Errorf("--timeout %v: want a positive duration", c.timeout)}
+	if c.token == "" {
+		c.tokenFromData(u.Host)
 	}
 	return nil
 }
 
+// tokenFromData reads the admin token adclick run wrote under --data, for
+// a job on this machine only: a token of this machine's job is not sent
+// to another host.
+func (c *apiClient) tokenFromData(host string) {
+	path := adminTokenPath(c.data)
+	if !api.IsLoopback(host) {
+		c.tokenNote = fmt.Sprintf("the token file under --data (%s) is only used for a loopback --api", path)
+		return
+	}
+	tok, err := readAdminToken(path)
+	switch {
+	case err == nil:
+		c.token = tok
+		c.tokenNote = "the token was read from " + path + "; is --data the job's?"
+	case errors.Is(err, os.ErrNotExist):
+		c.tokenNote = fmt.Sprintf("no token file %s: give --data of the job (adclick run writes its token there)", path)
+	default:
+		c.tokenNote = err.Error()
+	}
+}
+
 // call sends a request with an optional JSON body and copies a successful
-// answer to stdout. An error answer becomes an error carrying the API's
-// code and message.
+// answer, indented, to stdout. An error answer becomes an error carrying
+// the API's code and message.
 func (c *apiClient) call(ctx context.Context, method, path string, body any, stdout io.Writer) error {
+	b, err := c.fetch(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = stdout.Write(out.Bytes())
+	return err
+}
+
+// fetch sends a request with an optional JSON body and returns the JSON of
+// a successful answer.
+func (c *apiClient) fetch(ctx context.Context, method, path string, body any) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	u := c.base + path
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, u, err)
+		return nil, fmt.Errorf("%s %s: %w", method, u, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -96,14 +152,14 @@ func (c *apiClient) call(ctx context.Context, method, path string, body any, std
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("%s %s: no answer within %v (--timeout): %w", method, u, c.timeout, err)
+			return nil, fmt.Errorf("%s %s: no answer within %v (--timeout): %w", method, u, c.timeout, err)
 		}
-		return fmt.Errorf("%s %s: %w (is the job running with its HTTP API on --api?)", method, u, err)
+		return nil, fmt.Errorf("%s %s: %w (is the job running with its HTTP API on --api?)", method, u, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return fmt.Errorf("%s %s: read answer: %w", method, u, err)
+		return nil, fmt.Errorf("%s %s: read answer: %w", method, u, err)
 	}
 	if resp.StatusCode/100 != 2 {
 		var eb struct {
@@ -115,22 +171,20 @@ func (c *apiClient) call(ctx context.Context, method, path string, body any, std
 		if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
 			msg := fmt.Errorf("%s %s: %s (%s): %s", method, u, resp.Status, eb.Error.Code, eb.Error.Message)
 			if resp.StatusCode == http.StatusUnauthorized {
-				return fmt.Errorf("%w; pass --token or set ADCLICK_TOKEN", msg)
+				hint := "pass --token or set ADCLICK_TOKEN"
+				if c.tokenNote != "" {
+					hint += " (" + c.tokenNote + ")"
+				}
+				return nil, fmt.Errorf("%w; %s", msg, hint)
 			}
-			return msg
+			return nil, msg
 		}
-		return fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, strings.TrimSpace(string(b)))
+		return nil, fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, strings.TrimSpace(string(b)))
 	}
 	if !json.Valid(b) {
-		return fmt.Errorf("%s %s: the answer is not JSON: %.200q", method, u, b)
+		return nil, fmt.Errorf("%s %s: the answer is not JSON: %.200q", method, u, b)
 	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, b, "", "  "); err != nil {
-		return err
-	}
-	out.WriteByte('\n')
-	_, err = stdout.Write(out.Bytes())
-	return err
+	return b, nil
 }
 
 func cmdSavepoint(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -220,11 +274,23 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlags("status", statusSummary, stderr)
 	var c apiClient
 	c.register(fs, 10*time.Second)
+	asJSON := fs.Bool("json", false, "print the API's JSON answer (GET /v1/status) instead of the summary")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if err := c.check(); err != nil {
 		return err
 	}
-	return c.call(ctx, http.MethodGet, "/v1/status", nil, stdout)
+	if *asJSON {
+		return c.call(ctx, http.MethodGet, "/v1/status", nil, stdout)
+	}
+	b, err := c.fetch(ctx, http.MethodGet, "/v1/status", nil)
+	if err != nil {
+		return err
+	}
+	var st api.StatusResponse
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("GET %s/v1/status: %w", c.base, err)
+	}
+	return printStatus(stdout, st)
 }

@@ -98,7 +98,7 @@ func TestOpsCommands(t *testing.T) {
 		{"stop savepoint", cmdStop, []string{"--savepoint"}, "stop savepoint", []string{`"stopped": true`}},
 		{"sweep", cmdSweep, []string{"--gen", "7", "--since", "51"}, "sweep 7 51 0", []string{`"gen": 7`, `"epochs": 101`, `"attrs_removed": 3`}},
 		{"sweep high", cmdSweep, []string{"--gen=7", "--since=51", "--high=90"}, "sweep 7 51 90", []string{`"high": 90`}},
-		{"status", cmdStatus, nil, "", []string{`"job_gen": 8`, `"parallelism": 4`, `"data_complete_through": "2026-11-29T10:15:00.999Z"`}},
+		{"status json", cmdStatus, []string{"--json"}, "", []string{`"job_gen": 8`, `"parallelism": 4`, `"data_complete_through": "2026-11-29T10:15:00.999Z"`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			job, url := opsServer(t)
@@ -147,6 +147,7 @@ func TestOpsTokenFromEnvironment(t *testing.T) {
 
 func TestOpsErrors(t *testing.T) {
 	t.Setenv("ADCLICK_ADMIN_TOKEN", "")
+	t.Setenv("ADCLICK_DATA", t.TempDir()) // no token file there
 	job, url := opsServer(t)
 	// A port with nothing listening.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -164,7 +165,7 @@ func TestOpsErrors(t *testing.T) {
 		{"no token", func() error {
 			return cmdSavepoint(context.Background(), []string{"--api", url}, io.Discard, io.Discard)
 		},
-			false, []string{"401", "unauthorized", "missing bearer token", "--token"}},
+			false, []string{"401", "unauthorized", "missing bearer token", "--token", "no token file", "admin-token"}},
 		{"wrong token", func() error {
 			return cmdStop(context.Background(), []string{"--api", url, "--token", "nope", "--savepoint"}, io.Discard, io.Discard)
 		}, false, []string{"401", "wrong bearer token"}},

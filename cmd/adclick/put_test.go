@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -321,5 +322,47 @@ func TestPartitionKey(t *testing.T) {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestPutWarnsAboutClicksBeyondTheHorizon: clicks whose impression is
+// more than the horizon before now are put, but the command warns that the
+// recount will reject them, with their number.
+func TestPutWarnsAboutClicksBeyondTheHorizon(t *testing.T) {
+	fake := kinesistest.NewFake()
+	if _, err := fake.CreateStream(context.Background(), &kinesis.CreateStreamInput{StreamName: aws.String("clicks"), ShardCount: aws.Int32(2)}); err != nil {
+		t.Fatal(err)
+	}
+	newKinesisHTTP(t, &kinesisHTTP{fake: fake})
+	now := time.Now().UnixMilli()
+	line := func(id string, impressionMs int64) string {
+		b, _ := json.Marshal(map[string]any{"click_id": id, "ad_id": "ad", "campaign_id": "cmp", "device_id": "dev",
+			"impression_ms": impressionMs, "device_ms": impressionMs + 100, "spend_micros": 1000, "shard": "s0", "arrival_ms": impressionMs + 200})
+		return string(b)
+	}
+	lines := []string{line("old1", now-3*3_600_000), line("new1", now-60_000), line("old2", now-50*3_600_000), "not json",
+		line("new2", now), line("old3", now-7_300_000)}
+	path := filepath.Join(t.TempDir(), "clicks.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string // "" = no warning
+	}{
+		{nil, "adclick put: warning: 3 of 5 valid clicks have an impression more than 2h0m0s before they were put (the oldest 50h0m0s before"},
+		{[]string{"--horizon-ms", "14400000"}, "adclick put: warning: 1 of 5 valid clicks have an impression more than 4h0m0s before"},
+		{[]string{"--horizon-ms", "200000000"}, ""},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := realMain(append([]string{"put", "--from", path, "--to", "kinesis:clicks"}, tc.args...), &stdout, &stderr); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", tc.args, code, stderr.String())
+		}
+		if tc.want == "" && strings.Contains(stderr.String(), "warning") || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: stderr %q, want %q", tc.args, stderr.String(), tc.want)
+		}
+		if !strings.Contains(stdout.String(), "put 6 records into clicks") {
+			t.Errorf("%v: stdout %q, want all 6 records put", tc.args, stdout.String())
+		}
 	}
 }

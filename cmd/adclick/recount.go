@@ -7,17 +7,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/recount"
+	"github.com/adclick/adclick/runtime"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/sink/embedded"
 )
@@ -28,23 +27,31 @@ reconciliation of each (ad, hour): fast + late (the stream's rows), A (counted
 by the stream, rejected by the recount), B (accepted by the recount, not
 counted by the stream) and final, with final = fast + late - A + B checked.
 
-An hour is final once the job watermark of the latest checkpoint (under
---data/checkpoints, or in --checkpoints s3://…; or --watermark) has passed
-hour end + horizon + margin; an hour that is not is refused unless
---force. A recount under a newer --gen replaces final_*; one under an
-older --gen is refused. The embedded store must not be in use by a
-running job.
+Clicks are judged with the job's horizon and allowance, read from its
+latest complete checkpoint (under --data/checkpoints, or in --checkpoints
+s3://…); --horizon-ms or --allowance-ms that differ from them are refused
+unless --force-settings (a recount with other settings than the stream's
+writes wrong final_* that still balance). Without a checkpoint the flags
+are used as given.
+
+An hour is final once the job watermark of that checkpoint (or
+--watermark) has passed hour end + horizon + margin; an hour that is not
+is refused unless --force. A recount under a newer --gen replaces
+final_*; one under an older --gen is refused. The embedded store must not
+be in use by a running job.
 
 Hours: --hour 2026-11-29T10Z, or --from/--to (both included), or
 --all-ready (every hour of the lake that is final).`
 
 const reconcileSummary = `Reconciles hours without writing: recounts them from the raw-click lake
 and prints, per (ad, hour), fast, late, A, B, final and whether
-final = fast + late - A + B holds. Exits 1 if any (ad, hour) does not balance.`
+final = fast + late - A + B holds. Exits 1 if any (ad, hour) does not balance.
+The horizon and allowance are the job's, as for recount.`
 
 type recountFlags struct {
 	hour, from, to  string
 	allReady, force bool
+	forceSettings   bool
 	gen             int64
 	data, lake      string
 	checkpoints     string
@@ -65,16 +72,17 @@ func (f *recountFlags) register(fs *flag.FlagSet, write bool) {
 	fs.StringVar(&f.to, "to", "", "last hour of a range (included)")
 	fs.BoolVar(&f.allReady, "all-ready", false, "every hour of the lake that is final")
 	fs.BoolVar(&f.force, "force", false, "recount hours that are not final yet")
+	fs.BoolVar(&f.forceSettings, "force-settings", false, "use --horizon-ms and --allowance-ms even where they differ from the job's (its latest checkpoint's)")
 	if write {
 		fs.Int64Var(&f.gen, "gen", 1, "generation written as final_gen (a newer one replaces final_*, an older one is refused)")
 	}
 	fs.StringVar(&f.data, "data", "./adclick-data", "data directory of the job (checkpoints, embedded store, lake)")
 	fs.StringVar(&f.lake, "lake", "", "the raw-click lake: s3://BUCKET/PREFIX (endpoint and credentials from the AWS SDK's variables) or a folder; default DATA/lake")
-	fs.StringVar(&f.checkpoints, "checkpoints", "", "the job's checkpoints in s3://BUCKET/PREFIX (as given to run): the watermark is the latest one's; default DATA/checkpoints")
+	fs.StringVar(&f.checkpoints, "checkpoints", "", "the job's checkpoints in s3://BUCKET/PREFIX (as given to run): the watermark, horizon and allowance are the latest one's; default DATA/checkpoints")
 	fs.StringVar(&f.watermark, "watermark", "", "the job watermark (RFC 3339 time or Unix ms), instead of the latest checkpoint's")
 	fs.BoolVar(&f.jsonOut, "json", false, "print the results as JSON instead of a table")
-	fs.Int64Var(&f.horizonMs, "horizon-ms", 7_200_000, "acceptance horizon after the impression, ms (as the job's)")
-	fs.Int64Var(&f.allowanceMs, "allowance-ms", 5_000, "out-of-orderness allowance, ms (as the job's)")
+	fs.Int64Var(&f.horizonMs, "horizon-ms", 7_200_000, "acceptance horizon after the impression, ms: the job's, from its latest checkpoint; this default only without one")
+	fs.Int64Var(&f.allowanceMs, "allowance-ms", 5_000, "out-of-orderness allowance, ms: the job's, from its latest checkpoint; this default only without one")
 	fs.Int64Var(&f.marginMs, "margin-ms", 600_000, "margin past hour end + horizon before an hour is final, ms")
 	fs.IntVar(&f.maxIDs, "max-ids", 20, "click ids listed per (ad, hour) for A and for B")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -114,16 +122,19 @@ func recountMain(ctx context.Context, name, summary string, write bool, args []s
 	if err != nil {
 		return err
 	}
-	wmFn, err := watermarkFunc(ctx, f.watermark, f.checkpoints, f.data)
+	ck, err := latestCheckpoint(ctx, f.checkpoints, f.data)
+	if err != nil {
+		return err
+	}
+	if err := f.jobSettings(fs, ck, log); err != nil {
+		return err
+	}
+	wmFn, err := watermarkFunc(f.watermark, ck)
 	if err != nil {
 		return err
 	}
 	if wmFn == nil && !f.force {
-		where := filepath.Join(f.data, "checkpoints")
-		if f.checkpoints != "" {
-			where = f.checkpoints
-		}
-		return fmt.Errorf("no checkpoint in %s: the job watermark is unknown; pass --watermark, or --force", where)
+		return fmt.Errorf("no checkpoint in %s: the job watermark is unknown; pass --watermark, or --force", checkpointsWhere(f.checkpoints, f.data))
 	}
 	rows, closeRows, err := openRows(ctx, &f.sf, f.data)
 	if err != nil {
@@ -141,19 +152,11 @@ func recountMain(ctx context.Context, name, summary string, write bool, args []s
 		log.Info("no hour to recount")
 		return nil
 	}
-	var bar *progressbar.ProgressBar
-	if isTerminal(stderr) {
-		bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionShowCount(),
-			progressbar.OptionSetItsString("rows"), progressbar.OptionShowIts(), progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionSetDescription(fmt.Sprintf("%s %d hours", name, len(o.Hours))), progressbar.OptionClearOnFinish())
-		o.Progress = func(p recount.Progress) {
-			bar.Describe(fmt.Sprintf("%s %s (%d/%d hours)", name, recount.FormatHour(p.HourMs), p.HoursDone, p.HoursTotal))
-			bar.Set64(p.Rows)
-		}
-	} else {
-		o.Progress = func(p recount.Progress) {
-			log.Debug("progress", "hour", recount.FormatHour(p.HourMs), "hours_done", p.HoursDone, "hours", p.HoursTotal, "rows", p.Rows)
-		}
+	bar := newProgress(stderr, -1, fmt.Sprintf("%s %d hours", name, len(o.Hours)), "rows")
+	o.Progress = func(p recount.Progress) {
+		bar.describe(fmt.Sprintf("%s %s (%d/%d hours)", name, recount.FormatHour(p.HourMs), p.HoursDone, p.HoursTotal))
+		bar.set(p.Rows)
+		log.Debug("progress", "hour", recount.FormatHour(p.HourMs), "hours_done", p.HoursDone, "hours", p.HoursTotal, "rows", p.Rows)
 	}
 	var results []recount.HourResult
 	if write {
@@ -161,9 +164,7 @@ func recountMain(ctx context.Context, name, summary string, write bool, args []s
 	} else {
 		results, err = recount.Reconcile(ctx, o)
 	}
-	if bar != nil {
-		bar.Finish()
-	}
+	bar.finish()
 	if perr := printResults(stdout, results, f.jsonOut); perr != nil && err == nil {
 		err = perr
 	}
@@ -239,95 +240,141 @@ func openRows(ctx context.Context, sf *sinkFlags, data string) (sink.Rows, func(
 	return st, func() { st.Close() }, nil
 }
 
-// watermarkFunc returns the job watermark: --watermark, or the watermark of
-// the latest complete checkpoint in --checkpoints or under DATA/checkpoints
-// (nil if there is none).
-func watermarkFunc(ctx context.Context, flagVal, checkpoints, data string) (func(context.Context) (int64, error), error) {
-	if flagVal != "" {
+// jobCheckpoint is the job's latest complete checkpoint.
+type jobCheckpoint struct {
+	id    int64
+	where string // the store's location of it
+	meta  runtime.Meta
+}
+
+func checkpointsWhere(checkpoints, data string) string {
+	if checkpoints != "" {
+		return checkpoints
+	}
+	return filepath.Join(data, "checkpoints")
+}
+
+// latestCheckpoint reads the metadata of the job's newest complete
+// checkpoint, as the checkpoint store defines it (Latest; its meta.json
+// checked against the manifest): in an s3:// --checkpoints store, else
+// under DATA. It returns nil if there is none.
+func latestCheckpoint(ctx context.Context, checkpoints, data string) (*jobCheckpoint, error) {
+	var st ckptstore.Store
+	switch {
+	case checkpoints != "":
+		if !strings.HasPrefix(checkpoints, "s3://") {
+			return nil, usageError{fmt.Errorf("--checkpoints %q: want s3://BUCKET/PREFIX (the default reads DATA/checkpoints)", checkpoints)}
+		}
+		var err error
+		if st, err = openCheckpoints(ctx, checkpoints, nil); err != nil {
+			return nil, err
+		}
+	default:
+		// A data directory without checkpoints is left as it is (opening
+		// the store would create the folders).
+		if _, err := os.Stat(filepath.Join(data, "checkpoints")); errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		var err error
+		if st, err = ckptstore.NewLocal(data, ckptstore.Options{}); err != nil {
+			return nil, err
+		}
+	}
+	where := checkpointsWhere(checkpoints, data)
+	id, ok, err := st.Latest(ctx, ckptstore.Checkpoint)
+	if err != nil {
+		return nil, fmt.Errorf("latest checkpoint in %s: %w", where, err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	b, err := st.ReadFile(ctx, id, ckptstore.Checkpoint, "meta.json")
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint %d: %w", id, err)
+	}
+	ck := &jobCheckpoint{id: id, where: st.Location(id, ckptstore.Checkpoint)}
+	if err := json.Unmarshal(b, &ck.meta); err != nil {
+		return nil, fmt.Errorf("checkpoint %d: meta.json: %w", id, err)
+	}
+	return ck, nil
+}
+
+// settingsValue returns the integer value of key in a checkpoint's
+// settings ("key=value" words, as Meta.Settings records them).
+func settingsValue(settings, key string) (int64, bool) {
+	for _, w := range strings.Fields(settings) {
+		if v, ok := strings.CutPrefix(w, key+"="); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// jobSettings sets the horizon and the allowance to the job's, from its
+// latest checkpoint ck: the recount must judge every click as the stream
+// did. A flag given explicitly (command line or environment) that differs
+// is refused unless --force-settings; without ck, or for a setting ck does
+// not record (an older version's checkpoint), the flag's value is used.
+func (f *recountFlags) jobSettings(fs *flag.FlagSet, ck *jobCheckpoint, log *slog.Logger) error {
+	if ck == nil {
+		log.Warn("no checkpoint: judging with the flags' horizon and allowance, which must be the job's",
+			"horizon_ms", f.horizonMs, "allowance_ms", f.allowanceMs)
+		return nil
+	}
+	horizon, hasHorizon := settingsValue(ck.meta.Settings, "horizon_ms")
+	var allowance int64
+	if ck.meta.AllowanceMs != nil {
+		allowance = *ck.meta.AllowanceMs
+	}
+	var errs []error
+	for _, s := range []struct {
+		flag     string
+		v        *int64
+		job      int64
+		recorded bool
+	}{
+		{"horizon-ms", &f.horizonMs, horizon, hasHorizon},
+		{"allowance-ms", &f.allowanceMs, allowance, ck.meta.AllowanceMs != nil},
+	} {
+		switch given := explicit(fs, s.flag); {
+		case !s.recorded:
+			log.Warn("the checkpoint does not record the job's setting: using the flag's, which must be the job's",
+				"checkpoint", ck.id, "flag", "--"+s.flag, "value", *s.v)
+		case !given || *s.v == s.job:
+			*s.v = s.job
+		case f.forceSettings:
+			log.Warn("judging with a setting that differs from the job's (--force-settings)",
+				"flag", "--"+s.flag, "value", *s.v, "job", s.job, "checkpoint", ck.id)
+		default:
+			errs = append(errs, fmt.Errorf("--%s %d differs from the job's %d (checkpoint %d, %s)", s.flag, *s.v, s.job, ck.id, ck.where))
+		}
+	}
+	if len(errs) > 0 {
+		errs = append(errs, errors.New("the recount must judge clicks as the job did: drop the flag (the job's value is the default), or pass --force-settings"))
+		return usageError{errors.Join(errs...)}
+	}
+	log.Info("judging clicks", "horizon_ms", f.horizonMs, "allowance_ms", f.allowanceMs, "job_checkpoint", ck.id)
+	return nil
+}
+
+// watermarkFunc returns the job watermark: --watermark, or that of the
+// latest checkpoint ck (nil if neither is given).
+func watermarkFunc(flagVal string, ck *jobCheckpoint) (func(context.Context) (int64, error), error) {
+	var wm int64
+	switch {
+	case flagVal != "":
 		ms, err := parseTimeMs(flagVal)
 		if err != nil {
 			return nil, usageError{fmt.Errorf("--watermark %q: %w", flagVal, err)}
 		}
-		return func(context.Context) (int64, error) { return ms, nil }, nil
-	}
-	var wm int64
-	var ok bool
-	var err error
-	if checkpoints != "" {
-		wm, ok, err = remoteCheckpointWatermark(ctx, checkpoints)
-	} else {
-		wm, ok, err = checkpointWatermark(data)
-	}
-	if err != nil || !ok {
-		return nil, err
+		wm = ms
+	case ck != nil:
+		wm = ck.meta.Watermark
+	default:
+		return nil, nil
 	}
 	return func(context.Context) (int64, error) { return wm, nil }, nil
-}
-
-// remoteCheckpointWatermark reads the watermark of the newest complete
-// checkpoint in an s3:// checkpoint store (its meta.json only).
-func remoteCheckpointWatermark(ctx context.Context, url string) (int64, bool, error) {
-	if !strings.HasPrefix(url, "s3://") {
-		return 0, false, usageError{fmt.Errorf("--checkpoints %q: want s3://BUCKET/PREFIX (the default reads DATA/checkpoints)", url)}
-	}
-	st, err := openCheckpoints(ctx, url, nil)
-	if err != nil {
-		return 0, false, err
-	}
-	id, ok, err := st.Latest(ctx, ckptstore.Checkpoint)
-	if err != nil || !ok {
-		return 0, false, err
-	}
-	return metaWatermark(id)(st.ReadFile(ctx, id, ckptstore.Checkpoint, "meta.json"))
-}
-
-// metaWatermark returns a function that takes the result of reading
-// checkpoint id's meta.json and returns the watermark it records.
-func metaWatermark(id int64) func(b []byte, err error) (int64, bool, error) {
-	return func(b []byte, err error) (int64, bool, error) {
-		if err != nil {
-			return 0, false, fmt.Errorf("read checkpoint %d: %w", id, err)
-		}
-		var m struct {
-			Watermark *int64 `json:"watermark"`
-		}
-		if err := json.Unmarshal(b, &m); err != nil || m.Watermark == nil {
-			return 0, false, fmt.Errorf("checkpoint %d: meta.json has no watermark", id)
-		}
-		return *m.Watermark, true, nil
-	}
-}
-
-// checkpointWatermark reads the watermark of the newest complete checkpoint
-// (DATA/checkpoints/ckpt-<id>/meta.json).
-func checkpointWatermark(data string) (int64, bool, error) {
-	dir := filepath.Join(data, "checkpoints")
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read checkpoints: %w", err)
-	}
-	var ids []int64
-	for _, e := range ents {
-		s, ok := strings.CutPrefix(e.Name(), "ckpt-")
-		if !ok || !e.IsDir() {
-			continue
-		}
-		id, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(dir, e.Name(), "meta.json")); err == nil {
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) == 0 {
-		return 0, false, nil
-	}
-	id := slices.Max(ids)
-	return metaWatermark(id)(os.ReadFile(filepath.Join(dir, fmt.Sprintf("ckpt-%012d", id), "meta.json")))
 }
 
 func parseTimeMs(s string) (int64, error) {

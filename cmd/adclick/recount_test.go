@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/latepath"
 	"github.com/adclick/adclick/recount"
+	"github.com/adclick/adclick/runtime"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/sink/embedded"
 )
@@ -18,9 +21,19 @@ import (
 const cliHour int64 = 1_795_946_400_000 // 2026-11-29T10:00Z
 
 // recountData makes a data directory with a lake (three clicks of ad_1 in
-// hour 10, one a duplicate), the stream's hour row (fast 2) and a checkpoint
-// whose watermark is wm.
+// hour 10, one a duplicate), the stream's hour row (fast 2) and two
+// checkpoints of a job with the default horizon and allowance, the newer
+// one's watermark wm.
 func recountData(t *testing.T, wm int64) string {
+	t.Helper()
+	return recountDataJob(t, wm, 7_200_000, 5_000)
+}
+
+// recountDataJob is recountData for a job with the given horizon and
+// allowance. If the horizon is shorter than 1.5 h, the lake also holds a
+// click that arrived 1.5 h after its impression, which the stream rejected
+// as beyond it.
+func recountDataJob(t *testing.T, wm, horizonMs, allowanceMs int64) string {
 	t.Helper()
 	ctx := context.Background()
 	data := t.TempDir()
@@ -32,11 +45,16 @@ func recountData(t *testing.T, wm int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []latepath.Record{
+	recs := []latepath.Record{
 		{Verdict: "counted", ClickID: "c1", AdID: "ad_1", CampaignID: "k", DeviceID: "d", ImpressionMs: cliHour + 1000, DeviceMs: cliHour + 1000, EventMs: cliHour + 1000, ArrivalMs: cliHour + 2000, SpendMicros: 10, Shard: "S0"},
 		{Verdict: "counted", ClickID: "c2", AdID: "ad_1", CampaignID: "k", DeviceID: "d", ImpressionMs: cliHour + 1000, DeviceMs: cliHour + 1000, EventMs: cliHour + 1000, ArrivalMs: cliHour + 3000, SpendMicros: 20, Shard: "S1"},
 		{Verdict: "duplicate", ClickID: "c2", AdID: "ad_1", CampaignID: "k", DeviceID: "d", ImpressionMs: cliHour + 1000, DeviceMs: cliHour + 1000, EventMs: cliHour + 1000, ArrivalMs: cliHour + 9000, SpendMicros: 20, Shard: "S1"},
-	} {
+	}
+	if late := cliHour + 1000 + 5_400_000; late-allowanceMs-1-horizonMs > cliHour+1000 {
+		recs = append(recs, latepath.Record{Verdict: "beyond_horizon", ClickID: "c3", AdID: "ad_1", CampaignID: "k", DeviceID: "d",
+			ImpressionMs: cliHour + 1000, DeviceMs: cliHour + 1000, EventMs: cliHour + 1000, ArrivalMs: late, SpendMicros: 40, Shard: "S0"})
+	}
+	for _, r := range recs {
 		w.Add(&r)
 	}
 	if err := w.Flush(ctx, 1); err != nil {
@@ -53,17 +71,32 @@ func recountData(t *testing.T, wm int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id, m := range map[string]int64{"ckpt-000000000001": wm - 1000, "ckpt-000000000002": wm} {
-		d := filepath.Join(data, "checkpoints", id)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		b, _ := json.Marshal(map[string]any{"id": 1, "watermark": m})
-		if err := os.WriteFile(filepath.Join(d, "meta.json"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	for id, m := range map[int64]int64{1: wm - 1000, 2: wm} {
+		writeCheckpoint(t, data, runtime.Meta{ID: id, JobGen: 1, Watermark: m, AllowanceMs: &allowanceMs,
+			Settings: fmt.Sprintf("format=3 window_ms=60000 horizon_ms=%d max_parallelism=128 dedup=true", horizonMs)})
 	}
 	return data
+}
+
+// writeCheckpoint stores a checkpoint holding meta.json only in data's
+// checkpoint store, as the job does (complete once its manifest is in).
+func writeCheckpoint(t *testing.T, data string, m runtime.Meta) {
+	t.Helper()
+	st, err := ckptstore.NewLocal(data, ckptstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Upload(context.Background(), dir, m.ID, ckptstore.Checkpoint); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func storedFinal(t *testing.T, data string) sink.FinalAttrs {
@@ -151,5 +184,92 @@ func TestCmdRecountRefusesHourNotFinal(t *testing.T) {
 		if err := cmdRecount(context.Background(), args, &out, &errb); err == nil {
 			t.Errorf("%v: got nil error, want a usage error", args)
 		}
+	}
+}
+
+// TestCmdRecountJudgesWithTheJobsSettings: the job ran with a 1 h horizon
+// and no allowance, recorded in its checkpoints. recount and reconcile use
+// them without being told (a click 1.5 h late stays rejected, final 2);
+// --horizon-ms or --allowance-ms that differ, on the command line or in
+// the environment, are refused naming both values, unless
+// --force-settings. (They used to judge with the flags' defaults, write
+// final 3 and report the hour balanced.)
+func TestCmdRecountJudgesWithTheJobsSettings(t *testing.T) {
+	ready := recount.ReadyAt(cliHour, 7_200_000, 600_000) // final under either horizon
+	data := recountDataJob(t, ready, 3_600_000, 0)
+	ctx := context.Background()
+	recountJSON := func(t *testing.T, args ...string) ([]recount.HourResult, error) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		err := cmdRecount(ctx, append([]string{"--hour", "2026-11-29T10Z", "--data", data, "--json"}, args...), &out, &errb)
+		if err != nil {
+			return nil, err
+		}
+		var res []recount.HourResult
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatalf("json: %v\n%s", err, out.String())
+		}
+		return res, nil
+	}
+
+	res, err := recountJSON(t, "--gen", "1")
+	if err != nil {
+		t.Fatalf("recount with the job's settings: %v", err)
+	}
+	if len(res) != 1 || len(res[0].Ads) != 1 || res[0].Ads[0].Final != 2 || res[0].Ads[0].B != 0 || !res[0].Balanced {
+		t.Fatalf("recount: got %+v, want ad_1 final 2, B 0, balanced (the 1.5 h click beyond the job's 1 h horizon)", res)
+	}
+	if f := storedFinal(t, data); f.Valid != 2 {
+		t.Errorf("stored final %d, want 2", f.Valid)
+	}
+
+	// The job's values given explicitly are fine.
+	if _, err := recountJSON(t, "--gen", "2", "--horizon-ms", "3600000", "--allowance-ms", "0"); err != nil {
+		t.Errorf("recount with the job's values as flags: %v", err)
+	}
+
+	// Other values are refused, each naming the flag's and the job's.
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"horizon_flag", []string{"--horizon-ms", "7200000"}, nil, []string{"--horizon-ms 7200000 differs from the job's 3600000", "checkpoint 2", "--force-settings"}},
+		{"allowance_flag", []string{"--allowance-ms", "5000"}, nil, []string{"--allowance-ms 5000 differs from the job's 0"}},
+		{"both", []string{"--horizon-ms", "7200000", "--allowance-ms", "5000"}, nil, []string{"--horizon-ms 7200000 differs", "--allowance-ms 5000 differs"}},
+		{"horizon_env", nil, map[string]string{"ADCLICK_RECOUNT_HORIZON_MS": "7200000", "ADCLICK_RECONCILE_HORIZON_MS": "7200000"}, []string{"--horizon-ms 7200000 differs from the job's 3600000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			_, err := recountJSON(t, append([]string{"--gen", "3"}, tc.args...)...)
+			if err == nil {
+				t.Fatalf("got no error, want a refusal naming %q", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			var out, errb bytes.Buffer
+			err = cmdReconcile(ctx, append([]string{"--hour", "2026-11-29T10Z", "--data", data}, tc.args...), &out, &errb)
+			if err == nil || !strings.Contains(err.Error(), tc.want[0]) {
+				t.Errorf("reconcile: got %v, want a refusal naming %q", err, tc.want[0])
+			}
+		})
+	}
+	if f := storedFinal(t, data); f.Valid != 2 || f.Gen != 2 {
+		t.Errorf("refused recounts wrote %+v, want final 2 of gen 2", f)
+	}
+
+	// Forced, the flags win: the 1.5 h click is accepted (B 1, final 3).
+	res, err = recountJSON(t, "--gen", "4", "--horizon-ms", "7200000", "--force-settings")
+	if err != nil {
+		t.Fatalf("forced: %v", err)
+	}
+	if a := res[0].Ads[0]; a.Final != 3 || a.B != 1 {
+		t.Errorf("forced: got %+v, want final 3, B 1", a)
 	}
 }

@@ -71,7 +71,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.DurationVar(&cfg.ExitWhenIdle, "exit-when-idle", 0, "stop (with a final checkpoint) once the source is caught up and no record came for this long (0 = never)")
 	fs.BoolVar(&cfg.Drain, "drain", false, "on stop, advance the watermark to the end of time first so every open window fires and is written (decommissioning, tests)")
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the HTTP API (empty = no HTTP server)")
-	adminToken := fs.String("admin-token", "", "bearer token of the operator endpoints (savepoints, sweeps, stop); required unless --listen is a loopback address")
+	adminToken := fs.String("admin-token", "", "bearer token of the operator endpoints (savepoints, sweeps, stop); default: the one in <--data>/admin-token, generated on the first start (mode 0600)")
 	readToken := fs.String("read-token", "", "if set, the read endpoints need this bearer token (or the admin token)")
 	maxConns := fs.Int("max-connections", api.DefaultMaxConnections, "most HTTP API connections open at once: at the cap a new connection replaces the longest-idle keep-alive one, or is closed at once when none is idle (negative = no cap)")
 	fs.IntVar(&cfg.Parallelism, "parallelism", 0, "pre-aggregator and window subtasks (default: number of CPUs, at most 128)")
@@ -95,6 +95,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Int64Var(&cfg.CheckpointTimeoutMs, "checkpoint-timeout-ms", 60000, "how long checkpoints may keep failing (each is retried with backoff) before the job exits with the cause, and how long a stop waits for its final checkpoint")
 	fs.IntVar(&cfg.CheckpointsKept, "checkpoints-kept", 3, "completed checkpoints kept")
 	fs.Int64Var(&cfg.SinkOutageMs, "sink-outage-ms", 300000, "how long an unavailable row store (throttling, 5xx, timeouts) is waited out, with backoff, before the job exits with the error")
+	dedupMB := fs.Int64("dedup-memory-mb", runtime.DefaultDedupMemoryBytes>>20, "memory budget of the dedup filters, in MiB: past it they trade memory for lookups in the state store (adclick_dedup_vain_lookups_total), so memory stays flat however many click ids are live")
+	retention := retentionFlags(fs)
 	fs.Float64Var(&cfg.FlushWritesPerSec, "flush-writes-per-sec", 0, "rate limit of the full flush's own writes after a restore (0 = 500 for DynamoDB, unlimited for the embedded store)")
 	fs.BoolVar(&cfg.VerifyFlush, "verify-flush", false, "testing: after the flush on start, check that the running totals equal restored state, and fail if not")
 	fs.Int64Var(&cfg.FailAfterRecords, "fail-after-records", 0, "testing: exit abruptly (code 137, no cleanup, no checkpoint) after this many records")
@@ -114,8 +116,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	cfg.AllowanceMs = allowance
+	cfg.Retention = retention()
+	sf.retention = cfg.Retention
+	cfg.DedupMemoryBytes = *dedupMB << 20
 	if err := refuseZero(fs, "watermark-interval-ms", "idle-ms", "window-ms", "horizon-ms", "guard-ms",
-		"preagg-flush-ms", "early-firing-ms", "checkpoint-interval-ms", "checkpoint-timeout-ms", "checkpoints-kept", "job-gen", "max-connections", "lease-ms", "sink-outage-ms"); err != nil {
+		"preagg-flush-ms", "early-firing-ms", "checkpoint-interval-ms", "checkpoint-timeout-ms", "checkpoints-kept", "job-gen", "max-connections", "lease-ms", "sink-outage-ms", "dedup-memory-mb"); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)
@@ -137,7 +142,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		cfg.Kinesis.API = api
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
 	cfg.Registerer = reg
 	cfg.Logger = log
 	cfg.Crash = func() { os.Exit(137) }
@@ -197,6 +202,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	var srv *http.Server
 	if *listen != "" {
+		if *adminToken, err = ensureAdminToken(cfg.DataDir, *adminToken, log); err != nil {
+			return err
+		}
 		if err := api.CheckOperatorAccess(*listen, *adminToken); err != nil {
 			return err
 		}

@@ -4,17 +4,28 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/lease"
+	"github.com/adclick/adclick/sink/dynamo"
 )
 
 const setupSummary = `Creates what the job needs in AWS if it is missing (idempotent): with
 --sink dynamodb:TABLE the ad_metrics table (key entity + bucket, on-demand
 billing) with its two tag-index global secondary indexes, fast_ix and late_ix,
-and next to it the lease table (--lease-table, default TABLE-leases; key
+and the bucket index by_bucket_shard (bucket_shard + entity, for GET
+/v1/hours/{hour}; bucket_shard is "<bucket>#<n>", n < 32 a hash of the ad, so
+that a minute's burst of writes spreads over 32 partition keys), added to a
+table made before it (DynamoDB then builds it from the rows that carry
+bucket_shard; --backfill-bucket-shards sets it on older rows, a Scan of the
+table), and TTL on its expires_at attribute (rows expire after run's
+--minute-retention-days and --hour-retention-days). An earlier index
+by_bucket is left as it is and reported: it is unused and should be deleted.
+Next to it the lease table (--lease-table, default TABLE-leases; key
 lease_key, on-demand billing), which keeps two processes from running as the
 same job; with --stream STREAM a Kinesis stream of --shards shards; with
 --checkpoints s3://BUCKET/PREFIX the bucket. Any of them may be given in one
@@ -30,6 +41,7 @@ func cmdSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	bucket := fs.String("checkpoints", "", "s3://BUCKET/PREFIX: create the bucket if missing")
 	shards := fs.Int("shards", 4, "shards of a new stream")
 	leaseTable := fs.String("lease-table", "", "lease table to create if missing (default: the --sink table's name + \""+lease.TableSuffix+"\")")
+	backfill := fs.Bool("backfill-bucket-shards", false, "with --sink dynamodb:TABLE, set "+dynamo.BucketShardAttribute+" on every row that lacks it (rows written by a release before "+dynamo.BucketIndex+", missing from GET /v1/hours/{hour}); scans the whole table")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -64,10 +76,40 @@ func cmdSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		if err := st.CreateTable(ctx); err != nil {
+		added, err := st.CreateTableAdded(ctx)
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "table %s ready\n", table)
+		status, attr, err := st.TTLStatus(ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case (status == types.TimeToLiveStatusEnabled || status == types.TimeToLiveStatusEnabling) && attr == dynamo.TTLAttribute:
+			fmt.Fprintf(stdout, "table %s ready (indexes fast_ix, late_ix, %s; TTL on %s %s)\n", table, dynamo.BucketIndex, attr, strings.ToLower(string(status)))
+		default:
+			fmt.Fprintf(stdout, "table %s ready (indexes fast_ix, late_ix, %s)\n", table, dynamo.BucketIndex)
+			fmt.Fprintf(stderr, "adclick setup: TTL of table %s is %s: this endpoint does not support TTL, rows will not expire\n", table, status)
+		}
+		unused, err := st.UnusedIndexes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, name := range unused {
+			fmt.Fprintf(stdout, "table %s: index %s is no longer used and can be deleted (it costs a write per row and throttles a minute's burst of writes): "+
+				"aws dynamodb update-table --table-name %s --global-secondary-index-updates '[{\"Delete\":{\"IndexName\":\"%s\"}}]'\n", table, name, table, name)
+		}
+		switch {
+		case *backfill:
+			n, err := st.BackfillBucketShards(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "table %s: %s set on %d rows\n", table, dynamo.BucketShardAttribute, n)
+		case added:
+			fmt.Fprintf(stdout, "table %s: index %s added; rows written before it lack %s and are missing from GET /v1/hours/{hour} until written again: run adclick setup --sink dynamodb:%s --backfill-bucket-shards once (a Scan of the table)\n",
+				table, dynamo.BucketIndex, dynamo.BucketShardAttribute, table)
+		}
 	}
 	if *leaseTable != "" {
 		cfg, err := loadAWS(ctx)

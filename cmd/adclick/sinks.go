@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -28,6 +29,17 @@ type sinkFlags struct {
 	valkeyPrefix string
 	valkeyTLS    bool
 	valkeyCA     string
+	retention    sink.Retention // of the DynamoDB rows open makes (run's flags)
+}
+
+// retentionFlags registers run's row retention flags; the function it
+// returns gives the retention once the flags are parsed.
+func retentionFlags(fs *flag.FlagSet) func() sink.Retention {
+	minute := fs.Int("minute-retention-days", int(sink.DefaultMinuteRetention/(24*time.Hour)),
+		fmt.Sprintf("days a minute row is kept after its minute: every write sets its expires_at, which DynamoDB's TTL (and the embedded store) deletes it by; 0 = forever, else at least %d", int(sink.MinMinuteRetention/(24*time.Hour))))
+	hour := fs.Int("hour-retention-days", int(sink.DefaultHourRetention/(24*time.Hour)),
+		fmt.Sprintf("days an hour row (billing) is kept after its hour, the same way; 0 = forever, else at least %d", int(sink.MinHourRetention/(24*time.Hour))))
+	return func() sink.Retention { return sink.RetentionDays(*minute, *hour) }
 }
 
 func (f *sinkFlags) register(fs *flag.FlagSet, withValkey bool) {
@@ -61,12 +73,18 @@ func loadAWS(ctx context.Context) (aws.Config, error) {
 	return cfg, nil
 }
 
+// openDynamo opens the rows in a DynamoDB table, writing with the default
+// retention.
 func openDynamo(ctx context.Context, table string, reg prometheus.Registerer) (*dynamo.Store, error) {
+	return openDynamoRetention(ctx, table, reg, sink.Retention{})
+}
+
+func openDynamoRetention(ctx context.Context, table string, reg prometheus.Registerer, r sink.Retention) (*dynamo.Store, error) {
 	cfg, err := loadAWS(ctx)
 	if err != nil {
 		return nil, err
 	}
-	o := dynamo.Options{Table: table, Registerer: reg}
+	o := dynamo.Options{Table: table, Registerer: reg, Retention: r}
 	return dynamo.New(dynamo.NewClient(cfg, o), o)
 }
 
@@ -85,7 +103,7 @@ func (f *sinkFlags) open(ctx context.Context, reg prometheus.Registerer) (sink.R
 		return nil, nil, nil, err
 	}
 	if isDynamo {
-		st, err := openDynamo(ctx, table, reg)
+		st, err := openDynamoRetention(ctx, table, reg, f.retention)
 		if err != nil {
 			return nil, nil, nil, err
 		}

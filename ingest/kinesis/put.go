@@ -172,7 +172,12 @@ func Aggregate(recs []PutRecord, maxBytes int) ([]PutRecord, error) {
 // of stream, in hash key order: putting a record with the n-th key as its
 // ExplicitHashKey sends it to the n-th shard.
 func ShardHashKeys(ctx context.Context, api API, stream string) ([]string, error) {
-	shards, err := listShards(ctx, api, stream)
+	var shards []types.Shard
+	err := retryCall(ctx, func() error {
+		var err error
+		shards, err = listShards(ctx, api, stream)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -208,12 +213,21 @@ func ShardHashKeys(ctx context.Context, api API, stream string) ([]string, error
 // is ACTIVE or ctx ends. An existing stream is left as it is, whatever its
 // shard count.
 func EnsureStream(ctx context.Context, api API, stream string, shards int) error {
-	_, err := api.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(stream)})
+	err := retryCall(ctx, func() error {
+		_, err := api.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(stream)})
+		return err
+	})
 	var rnf *types.ResourceNotFoundException
 	if errors.As(err, &rnf) {
-		_, err = api.CreateStream(ctx, &kinesis.CreateStreamInput{StreamName: aws.String(stream), ShardCount: aws.Int32(int32(shards))})
-		var riu *types.ResourceInUseException
-		if err != nil && !errors.As(err, &riu) {
+		err = retryCall(ctx, func() error {
+			_, err := api.CreateStream(ctx, &kinesis.CreateStreamInput{StreamName: aws.String(stream), ShardCount: aws.Int32(int32(shards))})
+			var riu *types.ResourceInUseException
+			if errors.As(err, &riu) {
+				return nil // another creator won the race
+			}
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("kinesis: create stream %s: %w", stream, err)
 		}
 	} else if err != nil {

@@ -2,10 +2,41 @@
 // table of DESIGN.md §5, written with the tagged, conditional, absolute
 // writes of seed 001 Part 8.
 //
-// The table has the key entity (S, HASH) + bucket (S, RANGE) and two global
-// secondary indexes, fast_ix and late_ix, each keyed by the writer's tag
-// index key "<epoch>#<shard>" and projecting ALL attributes. CreateTable
-// makes it (on-demand billing) or checks an existing one.
+// The table has the key entity (S, HASH) + bucket (S, RANGE) and three
+// global secondary indexes projecting ALL attributes: fast_ix and late_ix,
+// each keyed by the writer's tag index key "<epoch>#<shard>" (the flush's),
+// and by_bucket_shard (BucketIndex), keyed bucket_shard (HASH) + entity
+// (RANGE), which QueryBucket reads so that a page of GET /v1/hours/{hour}
+// costs its own rows instead of a Scan of the table. CreateTable makes the
+// table (on-demand billing), or checks an existing one and adds
+// by_bucket_shard to a table made before it, and turns TTL on for
+// expires_at. An earlier index by_bucket (bucket + entity) is left alone and
+// reported by UnusedIndexes: it should be deleted.
+//
+// Every write sets expires_at (TTLAttribute), the end of the row's bucket
+// plus Options.Retention, in Unix seconds: DynamoDB deletes the row some
+// time after it (sink.Retention says why that never takes a row the flush
+// or the recount needs). decodeItem ignores the attribute.
+//
+// Every write that can create a row (Put, PutFinal) also sets bucket_shard
+// (BucketShardAttribute) to "<bucket>#<n>", n = BucketShard(entity): the
+// first four bytes of SHA-256 of the ad id, big-endian, mod BucketShards
+// (32). The number of shards and the hash are part of the data contract:
+// QueryBucket queries the 32 keys "<bucket>#0" to "<bucket>#31" and merges
+// them in entity order. Like expires_at, bucket_shard is no writer's
+// attribute: no sink.Item carries it, and the flush's conditional Delete
+// does not count it. A row written before the attribute existed is missing
+// from the index until it is written again or BackfillBucketShards sets it.
+//
+// by_bucket_shard's price: each row write also writes the index's copy,
+// and the rows of one minute (or hour) of every ad are written in a burst
+// when the watermark closes the minute. One index partition key takes
+// about 1,000 writes a second; the bucket's rows are spread over 32 keys by
+// the ad's hash, so a bucket takes about 32 × 1,000 = 32,000 writes a
+// second before the index throttles, and a throttled global secondary
+// index throttles the table's writes (adclick_dynamo_throttles_total).
+// A page of QueryBucket costs 32 queries (each at least one read unit's
+// half), and reads a few rows per shard past the page.
 //
 // Every tagged write is one UpdateItem that SETs absolute values (never ADD)
 // under the conditions in sink.Put's doc comment; a write refused by its

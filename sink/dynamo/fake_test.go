@@ -8,6 +8,7 @@ import (
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
@@ -22,13 +23,19 @@ type fakeAPI struct {
 	scan     func(ctx context.Context, in *dynamodb.ScanInput) (*dynamodb.ScanOutput, error)
 	create   func(ctx context.Context, in *dynamodb.CreateTableInput) error
 	describe func(ctx context.Context, in *dynamodb.DescribeTableInput) (*dynamodb.DescribeTableOutput, error)
+	// The TableAPI calls.
+	updateTable func(ctx context.Context, in *dynamodb.UpdateTableInput) error
+	describeTTL func(ctx context.Context, in *dynamodb.DescribeTimeToLiveInput) (*dynamodb.DescribeTimeToLiveOutput, error)
+	updateTTL   func(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput) error
 
-	mu      sync.Mutex
-	updates []*dynamodb.UpdateItemInput
-	deletes []*dynamodb.DeleteItemInput
-	queries []*dynamodb.QueryInput
-	scans   []*dynamodb.ScanInput
-	creates []*dynamodb.CreateTableInput
+	mu           sync.Mutex
+	updates      []*dynamodb.UpdateItemInput
+	deletes      []*dynamodb.DeleteItemInput
+	queries      []*dynamodb.QueryInput
+	scans        []*dynamodb.ScanInput
+	creates      []*dynamodb.CreateTableInput
+	tableUpdates []*dynamodb.UpdateTableInput
+	ttlUpdates   []*dynamodb.UpdateTimeToLiveInput
 }
 
 var errNoHook = errors.New("fake: no hook for this call")
@@ -104,6 +111,49 @@ func (f *fakeAPI) DescribeTable(ctx context.Context, in *dynamodb.DescribeTableI
 		return nil, errNoHook
 	}
 	return f.describe(ctx, in)
+}
+
+func (f *fakeAPI) UpdateTable(ctx context.Context, in *dynamodb.UpdateTableInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateTableOutput, error) {
+	f.mu.Lock()
+	f.tableUpdates = append(f.tableUpdates, in)
+	f.mu.Unlock()
+	if f.updateTable == nil {
+		return nil, errNoHook
+	}
+	if err := f.updateTable(ctx, in); err != nil {
+		return nil, err
+	}
+	return &dynamodb.UpdateTableOutput{}, nil
+}
+
+func (f *fakeAPI) DescribeTimeToLive(ctx context.Context, in *dynamodb.DescribeTimeToLiveInput, _ ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error) {
+	if f.describeTTL == nil {
+		return nil, errNoHook
+	}
+	return f.describeTTL(ctx, in)
+}
+
+func (f *fakeAPI) UpdateTimeToLive(ctx context.Context, in *dynamodb.UpdateTimeToLiveInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error) {
+	f.mu.Lock()
+	f.ttlUpdates = append(f.ttlUpdates, in)
+	f.mu.Unlock()
+	if f.updateTTL == nil {
+		return nil, errNoHook
+	}
+	if err := f.updateTTL(ctx, in); err != nil {
+		return nil, err
+	}
+	return &dynamodb.UpdateTimeToLiveOutput{}, nil
+}
+
+// ttlOff makes f answer TTL calls as a table without TTL that accepts
+// turning it on, and returns f.
+func (f *fakeAPI) ttlOff() *fakeAPI {
+	f.describeTTL = func(context.Context, *dynamodb.DescribeTimeToLiveInput) (*dynamodb.DescribeTimeToLiveOutput, error) {
+		return &dynamodb.DescribeTimeToLiveOutput{TimeToLiveDescription: &types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusDisabled}}, nil
+	}
+	f.updateTTL = func(context.Context, *dynamodb.UpdateTimeToLiveInput) error { return nil }
+	return f
 }
 
 // sdkErr wraps err the way the SDK returns a service error: an operation

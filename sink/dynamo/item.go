@@ -1,6 +1,8 @@
 package dynamo
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 
@@ -20,6 +22,60 @@ const (
 	attrFinalGen   = "final_gen"
 	attrFinalAt    = "final_at"
 )
+
+// TTLAttribute is the attribute DynamoDB's TTL deletes rows by: expires_at,
+// a number of Unix seconds (sink.Retention.ExpiresAt). decodeItem ignores
+// it; no sink.Item carries it.
+const TTLAttribute = "expires_at"
+
+// BucketIndex is the global secondary index by bucket shard: key
+// bucket_shard (HASH, BucketShardAttribute) + entity (RANGE), projecting ALL
+// attributes. QueryBucket reads it, one query per shard.
+const BucketIndex = "by_bucket_shard"
+
+// OldBucketIndex is an earlier bucket index, keyed bucket (HASH) + entity
+// (RANGE). Nothing reads it any more; CreateTable leaves it on a table that
+// has it (UnusedIndexes names it), and it should be deleted: every row of a
+// minute shares its partition key, so it throttles a minute's burst of
+// writes.
+const OldBucketIndex = "by_bucket"
+
+// BucketShardAttribute is the attribute BucketIndex is keyed by:
+// BucketShardKey(bucket, entity), "<bucket>#<n>". Every write that can create
+// a row sets it (the same value on every write of the row). decodeItem
+// ignores it; no sink.Item carries it.
+const BucketShardAttribute = "bucket_shard"
+
+// BucketShards is the number of shards of a bucket in BucketIndex, S.
+// It is part of the data contract, like BucketShard's hash: stored rows
+// carry "<bucket>#<n>" with n < BucketShards, and QueryBucket queries
+// exactly these S keys. Changing either means rewriting bucket_shard on
+// every row (see Store.BackfillBucketShards).
+//
+// Why 32: one index partition key takes about 1,000 writes a second, and
+// every ad's row of a minute (or hour) is written in a burst when the
+// watermark closes it; 32 shards take about 32,000 a second per bucket,
+// and a page of QueryBucket costs 32 small queries.
+const BucketShards = 32
+
+// BucketShard returns the shard of entity (the ad id) in BucketIndex: the
+// first four bytes of SHA-256(entity), big-endian, mod BucketShards. It
+// depends on the entity only, so an ad's rows of every bucket share a
+// shard number. It is stable across releases: stored keys depend on it.
+func BucketShard(entity string) int {
+	sum := sha256.Sum256([]byte(entity))
+	return int(binary.BigEndian.Uint32(sum[:4]) % BucketShards)
+}
+
+// BucketShardKey returns "<bucket>#<n>", the BucketIndex partition key of
+// the row of entity in bucket.
+func BucketShardKey(bucket, entity string) string {
+	return bucketShardKeyOf(bucket, BucketShard(entity))
+}
+
+func bucketShardKeyOf(bucket string, shard int) string {
+	return bucket + "#" + strconv.Itoa(shard)
+}
 
 // writerAttrs are the attribute names of one tagged writer.
 type writerAttrs struct {

@@ -7,7 +7,8 @@ import (
 )
 
 // metrics are the Store's Prometheus metrics, labelled by operation (put,
-// put_final, get, query, scan, remove, delete, create_table) and carrying
+// put_final, get, query, query_bucket, scan, remove, delete, create_table,
+// describe_table, update_table, describe_ttl, update_ttl) and carrying
 // the table name as a constant label.
 type metrics struct {
 	writes    *prometheus.CounterVec   // writes applied

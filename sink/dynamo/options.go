@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/adclick/adclick/sink"
 )
 
 // Defaults of Options.
@@ -40,6 +42,12 @@ type Options struct {
 	// TableWait bounds how long CreateTable waits for the table and its
 	// indexes to become ACTIVE. Default 5 min.
 	TableWait time.Duration
+	// Retention is how long rows are kept after their bucket ends: every
+	// write sets expires_at (TTLAttribute) from it, and CreateTable turns
+	// the table's TTL on. Zero fields take sink's defaults (35 days for
+	// minute rows, 400 for hour rows); see sink.Retention for why TTL never
+	// deletes a row the flush or the recount still needs.
+	Retention sink.Retention
 	// Registerer receives the Store's metrics; nil means they are not
 	// registered (they are still counted).
 	Registerer prometheus.Registerer
@@ -65,6 +73,7 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.TableWait == 0 {
 		o.TableWait = DefaultTableWait
 	}
+	o.Retention.EnsureDefaults()
 	return o
 }
 
@@ -91,6 +100,9 @@ func (o *Options) Validate() error {
 	}
 	if o.TableWait <= 0 {
 		errs = append(errs, fmt.Errorf("dynamo: table wait %v must be positive", o.TableWait))
+	}
+	if err := o.Retention.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("dynamo: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,8 +44,10 @@ var _ sink.Rows = (*Store)(nil)
 
 // writerExprs are the expressions of one tagged writer, built once.
 type writerExprs struct {
-	names        map[string]string // for Put: #v #s #c #ix #g #jg
-	update       string            // SET of all five attributes and job_gen
+	names        map[string]string // for Put: #v #s #c #ix #g #jg #bs
+	update       string            // SET of all five attributes, job_gen and bucket_shard
+	namesTTL     map[string]string // names, and #ea
+	updateTTL    string            // update, and SET of expires_at
 	cond         string            // job_gen fence
 	condClosed   string            // job_gen fence AND closed-row condition
 	removeNames  map[string]string // #v #s #c #ix #g
@@ -57,8 +60,8 @@ type writerExprs struct {
 func buildExprs(w sink.Writer) *writerExprs {
 	a := attrsOf(w)
 	e := &writerExprs{
-		names:        map[string]string{"#v": a.valid, "#s": a.spend, "#c": a.ckpt, "#ix": a.ix, "#g": a.gen, "#jg": attrJobGen},
-		update:       "SET #v = :v, #s = :s, #c = :c, #ix = :ix, #g = :g, #jg = :g",
+		names:        map[string]string{"#v": a.valid, "#s": a.spend, "#c": a.ckpt, "#ix": a.ix, "#g": a.gen, "#jg": attrJobGen, "#bs": BucketShardAttribute},
+		update:       "SET #v = :v, #s = :s, #c = :c, #ix = :ix, #g = :g, #jg = :g, #bs = :bs",
 		cond:         "(attribute_not_exists(#jg) OR #jg <= :g)",
 		removeNames:  map[string]string{"#v": a.valid, "#s": a.spend, "#c": a.ckpt, "#ix": a.ix, "#g": a.gen},
 		removeUpdate: "REMOVE #v, #s, #c, #ix, #g",
@@ -66,6 +69,11 @@ func buildExprs(w sink.Writer) *writerExprs {
 		deleteNames:  map[string]string{"#c": a.ckpt},
 	}
 	e.condClosed = e.cond + " AND (attribute_not_exists(#c) OR #c >= :rc)"
+	e.namesTTL = map[string]string{"#ea": TTLAttribute}
+	for k, v := range e.names {
+		e.namesTTL[k] = v
+	}
+	e.updateTTL = e.update + ", #ea = :ea"
 	other := sink.Late
 	if w == sink.Late {
 		other = sink.Fast
@@ -81,11 +89,17 @@ func buildExprs(w sink.Writer) *writerExprs {
 	return e
 }
 
-// Expressions of PutFinal.
+// Expressions of PutFinal. The recount sets expires_at only on a row that
+// has none (a row only the recount writes): the stream's writes, under the
+// job's retention, own it, and a recount run with another retention must
+// not shorten the life of a billing row. bucket_shard is set on every
+// write, as Put does: the recount may create the row.
 var (
-	finalNames  = map[string]string{"#v": attrFinalValid, "#s": attrFinalSpend, "#g": attrFinalGen, "#a": attrFinalAt}
-	finalUpdate = "SET #v = :v, #s = :s, #g = :g, #a = :a"
-	finalCond   = "attribute_not_exists(#g) OR #g <= :g"
+	finalNames     = map[string]string{"#v": attrFinalValid, "#s": attrFinalSpend, "#g": attrFinalGen, "#a": attrFinalAt, "#bs": BucketShardAttribute}
+	finalUpdate    = "SET #v = :v, #s = :s, #g = :g, #a = :a, #bs = :bs"
+	finalNamesTTL  = map[string]string{"#v": attrFinalValid, "#s": attrFinalSpend, "#g": attrFinalGen, "#a": attrFinalAt, "#bs": BucketShardAttribute, "#ea": TTLAttribute}
+	finalUpdateTTL = finalUpdate + ", #ea = if_not_exists(#ea, :ea)"
+	finalCond      = "attribute_not_exists(#g) OR #g <= :g"
 )
 
 // New returns a Store on the table o.Table through client. It fills o's
@@ -173,18 +187,26 @@ func (s *Store) putInput(p *sink.Put) *dynamodb.UpdateItemInput {
 		":c":  num(p.Epoch),
 		":ix": str(sink.IndexKey(p.Epoch, p.Key)),
 		":g":  num(p.Gen),
+		":bs": str(BucketShardKey(p.Bucket, p.Entity)),
 	}
 	cond := e.cond
 	if p.ClosedRow {
 		cond = e.condClosed
 		vals[":rc"] = num(p.RestoredCkpt)
 	}
+	update, names := e.update, e.names
+	// An absolute SET of the row's expiry, the same value on every write
+	// of the row; Forever leaves an earlier expiry as it is.
+	if sec, ok := s.o.Retention.ExpiresAt(p.Bucket); ok {
+		update, names = e.updateTTL, e.namesTTL
+		vals[":ea"] = num(sec)
+	}
 	return &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.o.Table),
 		Key:                       keyOf(p.Key),
-		UpdateExpression:          aws.String(e.update),
+		UpdateExpression:          aws.String(update),
 		ConditionExpression:       aws.String(cond),
-		ExpressionAttributeNames:  e.names,
+		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: vals,
 	}
 }
@@ -208,15 +230,22 @@ func (s *Store) PutFinal(ctx context.Context, puts []sink.FinalPut) (int, error)
 	}
 	refused, err := s.runAll(ctx, "put_final", len(todo), func(j int) *dynamodb.UpdateItemInput {
 		p := &puts[todo[j]]
+		update, names := finalUpdate, finalNames
+		vals := map[string]types.AttributeValue{
+			":v": num(p.Valid), ":s": num(p.SpendMicros), ":g": num(p.Gen), ":a": num(p.AtMs),
+			":bs": str(BucketShardKey(p.Bucket, p.Entity)),
+		}
+		if sec, ok := s.o.Retention.ExpiresAt(p.Bucket); ok {
+			update, names = finalUpdateTTL, finalNamesTTL
+			vals[":ea"] = num(sec)
+		}
 		return &dynamodb.UpdateItemInput{
-			TableName:                aws.String(s.o.Table),
-			Key:                      keyOf(p.Key),
-			UpdateExpression:         aws.String(finalUpdate),
-			ConditionExpression:      aws.String(finalCond),
-			ExpressionAttributeNames: finalNames,
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":v": num(p.Valid), ":s": num(p.SpendMicros), ":g": num(p.Gen), ":a": num(p.AtMs),
-			},
+			TableName:                 aws.String(s.o.Table),
+			Key:                       keyOf(p.Key),
+			UpdateExpression:          aws.String(update),
+			ConditionExpression:       aws.String(finalCond),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: vals,
 		}
 	})
 	if err != nil {
@@ -331,6 +360,156 @@ func (s *Store) QueryIndex(ctx context.Context, w sink.Writer, ix string, fn fun
 		}
 		start = out.LastEvaluatedKey
 	}
+}
+
+// QueryBucket reads bucket's items after the entity after, in entity
+// order, until limit items (limit < 1: all), from the bucket index
+// (BucketIndex): one query per shard, "<bucket>#0" to
+// "<bucket>#<BucketShards-1>", each in entity order, merged.
+//
+// A shard's first query asks for about its share of limit, with a margin
+// (shardLimit); a shard whose items run out while the merge still needs
+// it is queried again, for twice as many, never for more than are still
+// wanted. So a page reads its own items and a few more per shard, not the
+// table and not BucketShards × limit. The queries of one round run
+// concurrently (bounded by Options.MaxInFlight). Index reads are eventually
+// consistent. fn runs while no request of this call is in flight.
+func (s *Store) QueryBucket(ctx context.Context, bucket, after string, limit int, fn func(sink.Item) error) error {
+	cond := "#bs = :bs"
+	names := map[string]string{"#bs": BucketShardAttribute}
+	if after != "" {
+		// A key condition cannot compare with an empty string.
+		cond += " AND #e > :a"
+		names["#e"] = attrEntity
+	}
+	shards := make([]bucketShardReader, BucketShards)
+	for i := range shards {
+		shards[i].key = bucketShardKeyOf(bucket, i)
+		if limit > 0 {
+			shards[i].limit = shardLimit(limit)
+		}
+	}
+	query := func(ctx context.Context, r *bucketShardReader, want int) error {
+		vals := map[string]types.AttributeValue{":bs": str(r.key)}
+		if after != "" {
+			vals[":a"] = str(after)
+		}
+		in := &dynamodb.QueryInput{
+			TableName:                 aws.String(s.o.Table),
+			IndexName:                 aws.String(BucketIndex),
+			KeyConditionExpression:    aws.String(cond),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: vals,
+			ExclusiveStartKey:         r.start,
+		}
+		if limit > 0 {
+			in.Limit = aws.Int32(int32(min(r.limit, want, 1<<30)))
+			r.limit = min(2*r.limit, 1<<30)
+		}
+		var out *dynamodb.QueryOutput
+		err := s.do(ctx, "query_bucket", func(ctx context.Context) error {
+			var err error
+			out, err = s.api.Query(ctx, in)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("dynamo: query index %s %q: %w", BucketIndex, r.key, err)
+		}
+		r.items = r.items[:0]
+		for _, av := range out.Items {
+			it, err := decodeItem(av)
+			if err != nil {
+				return fmt.Errorf("dynamo: query index %s %q: %w", BucketIndex, r.key, err)
+			}
+			r.items = append(r.items, it)
+		}
+		r.start = out.LastEvaluatedKey
+		r.done = len(r.start) == 0
+		r.fetched = true
+		return nil
+	}
+	n := 0
+	for {
+		// Query, concurrently, every shard whose items have run out and
+		// that has more.
+		want := limit - n
+		var (
+			wg       sync.WaitGroup
+			errOnce  sync.Once
+			firstErr error
+		)
+		qctx, cancel := context.WithCancel(ctx)
+		for i := range shards {
+			r := &shards[i]
+			if len(r.items) > 0 || (r.fetched && r.done) {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := query(qctx, r, want); err != nil {
+					errOnce.Do(func() { firstErr = err; cancel() })
+				}
+			}()
+		}
+		wg.Wait()
+		cancel()
+		if firstErr != nil {
+			return firstErr
+		}
+		// Merge until a shard that may have more runs out.
+		for {
+			if limit > 0 && n >= limit {
+				return nil
+			}
+			best, refill := -1, false
+			for i := range shards {
+				r := &shards[i]
+				if len(r.items) == 0 {
+					if !r.done {
+						refill = true
+						break
+					}
+					continue
+				}
+				if best < 0 || r.items[0].Entity < shards[best].items[0].Entity {
+					best = i
+				}
+			}
+			if refill {
+				break
+			}
+			if best < 0 {
+				return nil
+			}
+			it := shards[best].items[0]
+			shards[best].items = shards[best].items[1:]
+			if err := fn(it); err != nil {
+				return err
+			}
+			n++
+		}
+	}
+}
+
+// bucketShardReader is QueryBucket's reader of one shard of a bucket.
+type bucketShardReader struct {
+	key     string                          // "<bucket>#<n>"
+	items   []sink.Item                     // read, not yet merged
+	start   map[string]types.AttributeValue // the next query's ExclusiveStartKey
+	limit   int                             // the next query's Limit, before the cap of what is still wanted
+	fetched bool                            // queried at least once
+	done    bool                            // fetched and no LastEvaluatedKey: no more items
+}
+
+// shardLimit is the Limit of a shard's first query for a page of limit
+// items: the shard's share of the page (its items are spread over the
+// shards by a hash, independent of the entity order) plus about two
+// standard deviations and one, so that most pages take one round of
+// queries.
+func shardLimit(limit int) int {
+	share := (limit + BucketShards - 1) / BucketShards
+	return min(limit, share+2*int(math.Ceil(math.Sqrt(float64(share))))+1)
 }
 
 // Scan reads the whole table (strongly consistent), page after page, and

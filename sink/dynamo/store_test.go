@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,20 +76,22 @@ var (
 func TestOptions(t *testing.T) {
 	var o Options
 	o.EnsureDefaults()
-	want := Options{Table: "ad_metrics", MaxInFlight: 32, MaxAttempts: 15, BaseBackoff: 20 * time.Millisecond, MaxBackoff: 5 * time.Second, TableWait: 5 * time.Minute}
+	want := Options{Table: "ad_metrics", MaxInFlight: 32, MaxAttempts: 15, BaseBackoff: 20 * time.Millisecond, MaxBackoff: 5 * time.Second, TableWait: 5 * time.Minute,
+		Retention: sink.Retention{Minute: 35 * 24 * time.Hour, Hour: 400 * 24 * time.Hour}}
 	if o != want {
 		t.Fatalf("EnsureDefaults: got %+v, want %+v", o, want)
 	}
 	if err := o.Validate(); err != nil {
 		t.Fatalf("Validate of the defaults: %v", err)
 	}
-	bad := Options{Table: "x!", MaxInFlight: -1, MaxAttempts: -2, BaseBackoff: time.Second, MaxBackoff: time.Millisecond, TableWait: -1}
+	bad := Options{Table: "x!", MaxInFlight: -1, MaxAttempts: -2, BaseBackoff: time.Second, MaxBackoff: time.Millisecond, TableWait: -1,
+		Retention: sink.Retention{Minute: time.Hour, Hour: 24 * time.Hour}}
 	bad.EnsureDefaults()
 	err := bad.Validate()
 	if err == nil {
 		t.Fatalf("Validate(%+v): got nil, want errors", bad)
 	}
-	for _, frag := range []string{"table name", "max in flight", "max attempts", "max backoff", "table wait"} {
+	for _, frag := range []string{"table name", "max in flight", "max attempts", "max backoff", "table wait", "minute retention", "hour retention"} {
 		if !strings.Contains(err.Error(), frag) {
 			t.Errorf("Validate error %q does not report %q", err, frag)
 		}
@@ -165,13 +168,13 @@ func TestPutInput(t *testing.T) {
 	}; !reflect.DeepEqual(got, want) {
 		t.Errorf("key %v, want %v", got, want)
 	}
-	if got, want := aws.ToString(in.UpdateExpression), "SET #v = :v, #s = :s, #c = :c, #ix = :ix, #g = :g, #jg = :g"; got != want {
+	if got, want := aws.ToString(in.UpdateExpression), "SET #v = :v, #s = :s, #c = :c, #ix = :ix, #g = :g, #jg = :g, #bs = :bs, #ea = :ea"; got != want {
 		t.Errorf("update expression %q, want %q", got, want)
 	}
 	if got, want := aws.ToString(in.ConditionExpression), "(attribute_not_exists(#jg) OR #jg <= :g) AND (attribute_not_exists(#c) OR #c >= :rc)"; got != want {
 		t.Errorf("condition %q, want %q", got, want)
 	}
-	wantNames := map[string]string{"#v": "fast_valid", "#s": "fast_spend_micros", "#c": "fast_ckpt", "#ix": "fast_ix", "#g": "fast_gen", "#jg": "job_gen"}
+	wantNames := map[string]string{"#v": "fast_valid", "#s": "fast_spend_micros", "#c": "fast_ckpt", "#ix": "fast_ix", "#g": "fast_gen", "#jg": "job_gen", "#bs": "bucket_shard", "#ea": "expires_at"}
 	if !reflect.DeepEqual(in.ExpressionAttributeNames, wantNames) {
 		t.Errorf("names %v, want %v", in.ExpressionAttributeNames, wantNames)
 	}
@@ -179,6 +182,9 @@ func TestPutInput(t *testing.T) {
 	wantVals := map[string]types.AttributeValue{
 		":v": n("5"), ":s": n("70"), ":c": n("41"), ":g": n("7"), ":rc": n("40"),
 		":ix": &types.AttributeValueMemberS{Value: fmt.Sprintf("41#%d", sink.IndexShard(k1))},
+		":bs": &types.AttributeValueMemberS{Value: fmt.Sprintf("%s#%d", k1.Bucket, BucketShard(k1.Entity))},
+		// 2026-11-29T10:15:00Z, the end of the minute, + 35 days.
+		":ea": n(strconv.FormatInt(1_795_947_300+35*24*3600, 10)),
 	}
 	if !reflect.DeepEqual(in.ExpressionAttributeValues, wantVals) {
 		t.Errorf("values %v, want %v", in.ExpressionAttributeValues, wantVals)
@@ -566,10 +572,23 @@ func describeOut(status types.TableStatus, idx types.IndexStatus, gsis ...string
 		},
 	}
 	for _, g := range gsis {
+		ks := []types.KeySchemaElement{{AttributeName: aws.String(g), KeyType: types.KeyTypeHash}}
+		switch g {
+		case "by_bucket_shard":
+			ks = []types.KeySchemaElement{
+				{AttributeName: aws.String("bucket_shard"), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String("entity"), KeyType: types.KeyTypeRange},
+			}
+		case "by_bucket":
+			ks = []types.KeySchemaElement{
+				{AttributeName: aws.String("bucket"), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String("entity"), KeyType: types.KeyTypeRange},
+			}
+		}
 		t.GlobalSecondaryIndexes = append(t.GlobalSecondaryIndexes, types.GlobalSecondaryIndexDescription{
 			IndexName:   aws.String(g),
 			IndexStatus: idx,
-			KeySchema:   []types.KeySchemaElement{{AttributeName: aws.String(g), KeyType: types.KeyTypeHash}},
+			KeySchema:   ks,
 			Projection:  &types.Projection{ProjectionType: types.ProjectionTypeAll},
 		})
 	}
@@ -579,18 +598,18 @@ func describeOut(status types.TableStatus, idx types.IndexStatus, gsis ...string
 func TestCreateTable(t *testing.T) {
 	t.Run("new table", func(t *testing.T) {
 		var describes atomic.Int64
-		f := &fakeAPI{
+		f := (&fakeAPI{
 			create: func(context.Context, *dynamodb.CreateTableInput) error { return nil },
 			describe: func(context.Context, *dynamodb.DescribeTableInput) (*dynamodb.DescribeTableOutput, error) {
 				switch describes.Add(1) {
 				case 1:
-					return describeOut(types.TableStatusCreating, types.IndexStatusCreating, "fast_ix", "late_ix"), nil
+					return describeOut(types.TableStatusCreating, types.IndexStatusCreating, "fast_ix", "late_ix", "by_bucket_shard"), nil
 				case 2:
-					return describeOut(types.TableStatusActive, types.IndexStatusCreating, "fast_ix", "late_ix"), nil
+					return describeOut(types.TableStatusActive, types.IndexStatusCreating, "fast_ix", "late_ix", "by_bucket_shard"), nil
 				}
-				return describeOut(types.TableStatusActive, types.IndexStatusActive, "fast_ix", "late_ix"), nil
+				return describeOut(types.TableStatusActive, types.IndexStatusActive, "fast_ix", "late_ix", "by_bucket_shard"), nil
 			},
-		}
+		}).ttlOff()
 		s := newStore(t, f, Options{})
 		if err := s.CreateTable(context.Background()); err != nil {
 			t.Fatalf("CreateTable: %v", err)
@@ -606,7 +625,9 @@ func TestCreateTable(t *testing.T) {
 			t.Errorf("table name %q, want ad_metrics", aws.ToString(in.TableName))
 		}
 		desc := &types.TableDescription{KeySchema: in.KeySchema, AttributeDefinitions: in.AttributeDefinitions}
+		var names []string
 		for _, g := range in.GlobalSecondaryIndexes {
+			names = append(names, aws.ToString(g.IndexName))
 			desc.GlobalSecondaryIndexes = append(desc.GlobalSecondaryIndexes, types.GlobalSecondaryIndexDescription{
 				IndexName: g.IndexName, KeySchema: g.KeySchema, Projection: g.Projection,
 			})
@@ -614,22 +635,75 @@ func TestCreateTable(t *testing.T) {
 		if err := checkSchema(desc); err != nil {
 			t.Errorf("the table CreateTable asks for fails its own check: %v", err)
 		}
+		if got := strings.Join(names, ","); got != "fast_ix,late_ix,by_bucket_shard" {
+			t.Errorf("CreateTable asks for indexes %s, want fast_ix,late_ix,by_bucket_shard", got)
+		}
+		if b := findIndex(desc, "by_bucket_shard"); b == nil || keyString(b.KeySchema) != "[bucket_shard HASH entity RANGE]" {
+			t.Errorf("index by_bucket_shard = %+v, want key bucket_shard HASH + entity RANGE", b)
+		}
+		if len(f.tableUpdates) != 0 {
+			t.Errorf("UpdateTable called %d times on a new table, want 0", len(f.tableUpdates))
+		}
+		wantTTLOn(t, f)
 	})
 	t.Run("existing table", func(t *testing.T) {
-		f := &fakeAPI{
+		f := (&fakeAPI{
 			create: func(context.Context, *dynamodb.CreateTableInput) error {
 				return sdkErr("CreateTable", 400, &types.ResourceInUseException{})
 			},
 			describe: func(context.Context, *dynamodb.DescribeTableInput) (*dynamodb.DescribeTableOutput, error) {
-				return describeOut(types.TableStatusActive, types.IndexStatusActive, "late_ix", "fast_ix"), nil
+				return describeOut(types.TableStatusActive, types.IndexStatusActive, "late_ix", "fast_ix", "by_bucket_shard"), nil
 			},
-		}
+		}).ttlOff()
 		if err := newStore(t, f, Options{}).CreateTable(context.Background()); err != nil {
 			t.Fatalf("CreateTable on an existing table: %v", err)
 		}
+		wantTTLOn(t, f)
+	})
+	t.Run("existing table without the bucket index", func(t *testing.T) {
+		var added atomic.Bool
+		var describes atomic.Int64
+		f := (&fakeAPI{
+			create: func(context.Context, *dynamodb.CreateTableInput) error {
+				return sdkErr("CreateTable", 400, &types.ResourceInUseException{})
+			},
+			describe: func(context.Context, *dynamodb.DescribeTableInput) (*dynamodb.DescribeTableOutput, error) {
+				describes.Add(1)
+				if !added.Load() {
+					return describeOut(types.TableStatusActive, types.IndexStatusActive, "late_ix", "fast_ix"), nil
+				}
+				out := describeOut(types.TableStatusActive, types.IndexStatusActive, "late_ix", "fast_ix", "by_bucket_shard")
+				if describes.Load() < 4 {
+					out.Table.GlobalSecondaryIndexes[2].IndexStatus = types.IndexStatusCreating
+					out.Table.GlobalSecondaryIndexes[2].Backfilling = aws.Bool(true)
+				}
+				return out, nil
+			},
+			updateTable: func(context.Context, *dynamodb.UpdateTableInput) error { added.Store(true); return nil },
+		}).ttlOff()
+		if err := newStore(t, f, Options{}).CreateTable(context.Background()); err != nil {
+			t.Fatalf("CreateTable on a table without by_bucket_shard: %v", err)
+		}
+		if len(f.tableUpdates) != 1 {
+			t.Fatalf("%d UpdateTable calls, want 1", len(f.tableUpdates))
+		}
+		u := f.tableUpdates[0]
+		if len(u.GlobalSecondaryIndexUpdates) != 1 || u.GlobalSecondaryIndexUpdates[0].Create == nil {
+			t.Fatalf("UpdateTable %+v, want one Create", u)
+		}
+		c := u.GlobalSecondaryIndexUpdates[0].Create
+		if aws.ToString(c.IndexName) != "by_bucket_shard" || keyString(c.KeySchema) != "[bucket_shard HASH entity RANGE]" ||
+			c.Projection.ProjectionType != types.ProjectionTypeAll || c.ProvisionedThroughput != nil {
+			t.Errorf("index created: %s %s %v %v, want by_bucket [bucket_shard HASH entity RANGE] ALL, no throughput",
+				aws.ToString(c.IndexName), keyString(c.KeySchema), c.Projection.ProjectionType, c.ProvisionedThroughput)
+		}
+		if got := describes.Load(); got < 4 {
+			t.Errorf("%d DescribeTable calls, want CreateTable to wait until the new index is ACTIVE", got)
+		}
+		wantTTLOn(t, f)
 	})
 	t.Run("existing table, wrong schema", func(t *testing.T) {
-		f := &fakeAPI{
+		f := (&fakeAPI{
 			create: func(context.Context, *dynamodb.CreateTableInput) error {
 				return sdkErr("CreateTable", 400, &types.ResourceInUseException{})
 			},
@@ -638,33 +712,160 @@ func TestCreateTable(t *testing.T) {
 				out.Table.KeySchema = out.Table.KeySchema[:1]
 				return out, nil
 			},
-		}
+		}).ttlOff()
 		err := newStore(t, f, Options{}).CreateTable(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "late_ix") || !strings.Contains(err.Error(), "key schema") {
 			t.Fatalf("CreateTable = %v, want an error naming the key schema and late_ix", err)
 		}
 	})
 	t.Run("never active", func(t *testing.T) {
-		f := &fakeAPI{
+		f := (&fakeAPI{
 			create: func(context.Context, *dynamodb.CreateTableInput) error { return nil },
 			describe: func(context.Context, *dynamodb.DescribeTableInput) (*dynamodb.DescribeTableOutput, error) {
-				return describeOut(types.TableStatusCreating, types.IndexStatusCreating, "fast_ix", "late_ix"), nil
+				return describeOut(types.TableStatusCreating, types.IndexStatusCreating, "fast_ix", "late_ix", "by_bucket_shard"), nil
 			},
-		}
+		}).ttlOff()
 		err := newStore(t, f, Options{TableWait: 100 * time.Millisecond}).CreateTable(context.Background())
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("CreateTable = %v, want a deadline error", err)
 		}
 	})
 	t.Run("other error", func(t *testing.T) {
-		f := &fakeAPI{create: func(context.Context, *dynamodb.CreateTableInput) error {
+		f := (&fakeAPI{create: func(context.Context, *dynamodb.CreateTableInput) error {
 			return sdkErr("CreateTable", 400, &types.LimitExceededException{})
-		}}
+		}}).ttlOff()
 		var le *types.LimitExceededException
 		if err := newStore(t, f, Options{}).CreateTable(context.Background()); !errors.As(err, &le) {
 			t.Fatalf("CreateTable = %v, want the LimitExceededException", err)
 		}
 	})
+}
+
+// wantTTLOn checks that f was asked once to turn TTL on for expires_at.
+func wantTTLOn(t *testing.T, f *fakeAPI) {
+	t.Helper()
+	if len(f.ttlUpdates) != 1 {
+		t.Fatalf("%d UpdateTimeToLive calls, want 1", len(f.ttlUpdates))
+	}
+	spec := f.ttlUpdates[0].TimeToLiveSpecification
+	if spec == nil || aws.ToString(spec.AttributeName) != "expires_at" || !aws.ToBool(spec.Enabled) {
+		t.Fatalf("UpdateTimeToLive %+v, want expires_at enabled", spec)
+	}
+}
+
+func TestCreateTableTTL(t *testing.T) {
+	active := func(context.Context, *dynamodb.DescribeTableInput) (*dynamodb.DescribeTableOutput, error) {
+		return describeOut(types.TableStatusActive, types.IndexStatusActive, "fast_ix", "late_ix", "by_bucket_shard"), nil
+	}
+	ttlIs := func(status types.TimeToLiveStatus, attr string) func(context.Context, *dynamodb.DescribeTimeToLiveInput) (*dynamodb.DescribeTimeToLiveOutput, error) {
+		return func(context.Context, *dynamodb.DescribeTimeToLiveInput) (*dynamodb.DescribeTimeToLiveOutput, error) {
+			d := &types.TimeToLiveDescription{TimeToLiveStatus: status}
+			if attr != "" {
+				d.AttributeName = aws.String(attr)
+			}
+			return &dynamodb.DescribeTimeToLiveOutput{TimeToLiveDescription: d}, nil
+		}
+	}
+	unknown := sdkErr("UpdateTimeToLive", 400, &smithy.GenericAPIError{Code: "UnknownOperationException"})
+	for _, c := range []struct {
+		name        string
+		describeTTL func(context.Context, *dynamodb.DescribeTimeToLiveInput) (*dynamodb.DescribeTimeToLiveOutput, error)
+		updateErr   error
+		wantUpdates int
+		wantErr     string
+	}{
+		{name: "disabled", describeTTL: ttlIs(types.TimeToLiveStatusDisabled, ""), wantUpdates: 1},
+		{name: "already on", describeTTL: ttlIs(types.TimeToLiveStatusEnabled, "expires_at")},
+		{name: "being turned on", describeTTL: ttlIs(types.TimeToLiveStatusEnabling, "expires_at")},
+		{name: "on another attribute", describeTTL: ttlIs(types.TimeToLiveStatusEnabled, "ttl"), wantErr: `TTL on attribute "ttl"`},
+		{name: "being turned off", describeTTL: ttlIs(types.TimeToLiveStatusDisabling, "expires_at"), wantErr: "being turned off"},
+		{name: "stand-in without UpdateTimeToLive", describeTTL: ttlIs(types.TimeToLiveStatusDisabled, ""), updateErr: unknown, wantUpdates: 1},
+		{name: "update fails", describeTTL: ttlIs(types.TimeToLiveStatusDisabled, ""), wantUpdates: 1,
+			updateErr: sdkErr("UpdateTimeToLive", 400, &types.LimitExceededException{}), wantErr: "turn on TTL"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeAPI{
+				create:      func(context.Context, *dynamodb.CreateTableInput) error { return nil },
+				describe:    active,
+				describeTTL: c.describeTTL,
+				updateTTL:   func(context.Context, *dynamodb.UpdateTimeToLiveInput) error { return c.updateErr },
+			}
+			err := newStore(t, f, Options{}).CreateTable(context.Background())
+			switch {
+			case c.wantErr == "" && err != nil:
+				t.Fatalf("CreateTable: %v", err)
+			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+				t.Fatalf("CreateTable = %v, want an error with %q", err, c.wantErr)
+			}
+			if len(f.ttlUpdates) != c.wantUpdates {
+				t.Fatalf("%d UpdateTimeToLive calls, want %d", len(f.ttlUpdates), c.wantUpdates)
+			}
+		})
+	}
+}
+
+// TestPutSetsExpiry checks the TTL attribute of every write: tagged writes
+// SET expires_at to the end of the bucket plus the retention of its kind,
+// the recount's only if_not_exists, and Forever leaves it out.
+func TestPutSetsExpiry(t *testing.T) {
+	minute := sink.Key{Entity: "ad_7", Bucket: "M2026-11-29T10:14Z"} // ends 10:15:00Z
+	hour := sink.Key{Entity: "ad_7", Bucket: "H2026-11-29T10Z"}      // ends 11:00:00Z
+	minuteEnd := time.Date(2026, 11, 29, 10, 15, 0, 0, time.UTC).Unix()
+	hourEnd := time.Date(2026, 11, 29, 11, 0, 0, 0, time.UTC).Unix()
+	const day = 24 * 3600
+	for _, c := range []struct {
+		name                 string
+		o                    Options
+		wantMinute, wantHour int64 // 0: no expires_at
+	}{
+		{name: "default", wantMinute: minuteEnd + 35*day, wantHour: hourEnd + 400*day},
+		{name: "configured", o: Options{Retention: sink.Retention{Minute: 7 * 24 * time.Hour, Hour: 800 * 24 * time.Hour}},
+			wantMinute: minuteEnd + 7*day, wantHour: hourEnd + 800*day},
+		{name: "forever", o: Options{Retention: sink.Retention{Minute: sink.Forever, Hour: sink.Forever}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeAPI{update: func(context.Context, *dynamodb.UpdateItemInput) error { return nil }}
+			s := newStore(t, f, c.o)
+			ctx := context.Background()
+			if _, err := s.Put(ctx, []sink.Put{
+				{Key: minute, Writer: sink.Fast, Valid: 1, Epoch: 3, Gen: 1, ClosedRow: true, RestoredCkpt: 2},
+				{Key: hour, Writer: sink.Late, Valid: 2, Epoch: 3, Gen: 1},
+			}); err != nil {
+				t.Fatalf("Put: %v", err)
+			}
+			if _, err := s.PutFinal(ctx, []sink.FinalPut{{Key: hour, Valid: 3, Gen: 1, AtMs: 5}}); err != nil {
+				t.Fatalf("PutFinal: %v", err)
+			}
+			if len(f.updates) != 3 {
+				t.Fatalf("%d UpdateItem calls, want 3", len(f.updates))
+			}
+			for _, u := range f.updates {
+				b := attrS(u.Key, "bucket")
+				want := c.wantMinute
+				if b == hour.Bucket {
+					want = c.wantHour
+				}
+				expr := aws.ToString(u.UpdateExpression)
+				final := strings.Contains(expr, "#a = :a")
+				if want == 0 {
+					if strings.Contains(expr, "#ea") || u.ExpressionAttributeNames["#ea"] != "" || u.ExpressionAttributeValues[":ea"] != nil {
+						t.Errorf("%s %q: expression %q sets an expiry, want none", b, u.ExpressionAttributeNames["#v"], expr)
+					}
+					continue
+				}
+				setExpr := "#ea = :ea"
+				if final {
+					setExpr = "#ea = if_not_exists(#ea, :ea)"
+				}
+				if !strings.Contains(expr, setExpr) || u.ExpressionAttributeNames["#ea"] != "expires_at" {
+					t.Errorf("%s: expression %q names %v, want %q with #ea = expires_at", b, expr, u.ExpressionAttributeNames, setExpr)
+				}
+				if got := attrN(u.ExpressionAttributeValues, ":ea"); got != want {
+					t.Errorf("%s final=%v: expires_at %d, want %d (%v)", b, final, got, want, time.Unix(want, 0).UTC())
+				}
+			}
+		})
+	}
 }
 
 func TestDecodeItem(t *testing.T) {

@@ -44,6 +44,9 @@
 //
 //	'i' esc(entity) esc(bucket)                    → item (see below)
 //	'x' writer esc(ix) esc(entity) esc(bucket)     → empty: tag index entry
+//	'b' esc(bucket) esc(entity)                    → empty: bucket index entry
+//	'y' int64(expires_at) esc(entity) esc(bucket)  → empty: expiry queue entry
+//	'm' esc("bucket_ix")                           → empty: the bucket index is complete
 //	't' esc(ad) hour int64(startMs)                → total
 //	'e' int64(epoch) esc(ad) hour int64(startMs)   → empty: total written in epoch
 //	'r' esc(ad) hour int64(startMs) int64(epoch)   → empty: reverse of 'e'
@@ -52,8 +55,27 @@
 // therefore iterate in (entity, bucket) order, which ScanOrdered relies on,
 // and QueryIndex(w, ix) is a prefix scan over 'x' writer esc(ix): its cost is
 // proportional to the number of matches, not to the size of the table. The
-// reverse epoch entries let DeleteTotals forget a key from every epoch that
+// bucket index is the twin of DynamoDB's by_bucket index: QueryBucket is a
+// prefix scan over 'b' esc(bucket), in entity order, from the cursor on.
+// Open writes the bucket entries of every item once in a store that
+// predates them (the 'm' marker records it). The expiry queue orders items
+// by expires_at, so Expire reads only the items that are due. The reverse
+// epoch entries let DeleteTotals forget a key from every epoch that
 // recorded it without scanning epochs.
+//
+// # Expiry
+//
+// Rows expire as DynamoDB's TTL expires them (sink.Retention): every
+// tagged write sets the row's expires_at, the end of its bucket plus the
+// retention of its kind (the recount's write only where there is none),
+// and an expiry pass deletes the rows whose expires_at is past, with their
+// index entries. Nothing sleeps and no goroutine runs: a Put or PutFinal
+// call runs a bounded pass when the store's clock has moved a minute since
+// the last one, and Expire runs one on demand. The clock (Options.Clock)
+// defaults to the data clock, the start of the newest bucket written, so a
+// replay gives the same rows whenever it runs; unlike DynamoDB, which
+// deletes some time (up to days) after expires_at, the embedded store
+// deletes at the first pass after it.
 //
 // # Value encoding
 //
@@ -62,6 +84,7 @@
 // present), then zig-zag varints: job_gen; for fast and late in that order,
 // if present, valid, spend_micros, ckpt, gen and the index key as a
 // uvarint-length-prefixed string; for final, if present, valid,
-// spend_micros, gen, at. Entity and bucket come from the key. A total is a
+// spend_micros, gen, at; then, if bit 4 is set, expires_at (Unix seconds).
+// Entity and bucket come from the key. A total is a
 // format byte (1) then varints valid, spend_micros, epoch.
 package embedded

@@ -15,7 +15,14 @@ const (
 	prefixTotal   = 't'
 	prefixEpoch   = 'e'
 	prefixReverse = 'r'
+	prefixBucket  = 'b'
+	prefixExpiry  = 'y'
+	prefixMeta    = 'm'
 )
+
+// metaBucketIndex marks a store whose bucket index is complete (written by
+// Open once it has indexed the items of a store that predates the index).
+var metaBucketIndex = []byte{prefixMeta, 'b', 'u', 'c', 'k', 'e', 't', '_', 'i', 'x', 0, 1}
 
 const formatV1 = 1
 
@@ -123,6 +130,40 @@ func indexKey(w sink.Writer, ix string, k sink.Key) []byte {
 	return appendEsc(b, k.Bucket)
 }
 
+// bucketPrefix is the prefix of the bucket index entries of bucket.
+func bucketPrefix(bucket string) []byte {
+	b := make([]byte, 0, 1+len(bucket)+2)
+	b = append(b, prefixBucket)
+	return appendEsc(b, bucket)
+}
+
+// bucketIndexKey is k's entry in the bucket index: 'b' esc(bucket)
+// esc(entity), so that a bucket's entries iterate in entity order.
+func bucketIndexKey(k sink.Key) []byte {
+	return appendEsc(bucketPrefix(k.Bucket), k.Entity)
+}
+
+// expiryKey is k's entry in the expiry queue: 'y' int64(sec) esc(entity)
+// esc(bucket), in order of expiry.
+func expiryKey(sec int64, k sink.Key) []byte {
+	b := appendInt64([]byte{prefixExpiry}, sec)
+	b = appendEsc(b, k.Entity)
+	return appendEsc(b, k.Bucket)
+}
+
+// decodeExpiryKey returns the expiry and the item key of an expiry entry.
+func decodeExpiryKey(b []byte) (int64, sink.Key, error) {
+	if len(b) == 0 || b[0] != prefixExpiry {
+		return 0, sink.Key{}, errCorrupt
+	}
+	sec, rest, err := readInt64(b[1:])
+	if err != nil {
+		return 0, sink.Key{}, err
+	}
+	k, err := decodeKeySuffix(rest)
+	return sec, k, err
+}
+
 // appendTotalKey appends the encoding of a total key shared by the 't', 'e'
 // and 'r' keys: esc(ad) hour int64(startMs).
 func appendTotalKey(dst []byte, k sink.TotalKey) []byte {
@@ -176,10 +217,22 @@ const (
 	flagFast
 	flagLate
 	flagFinal
+	flagExpires
 )
 
-// encodeItem encodes the attributes of it (not its key).
-func encodeItem(it *sink.Item) []byte {
+// expiry is an item's expires_at (Unix seconds), if it has one. It is kept
+// beside the item, not in sink.Item: like DynamoDB's TTL attribute, it is
+// the store's business, and no reader of rows sees it.
+type expiry struct {
+	sec int64
+	set bool
+}
+
+// encodeItem encodes the attributes of it (not its key), without expiry.
+func encodeItem(it *sink.Item) []byte { return encodeRecord(it, expiry{}) }
+
+// encodeRecord encodes the attributes of it and its expiry.
+func encodeRecord(it *sink.Item, exp expiry) []byte {
 	b := make([]byte, 2, 64)
 	b[0] = formatV1
 	var flags byte
@@ -205,6 +258,10 @@ func encodeItem(it *sink.Item) []byte {
 		b = binary.AppendVarint(b, it.Final.SpendMicros)
 		b = binary.AppendVarint(b, it.Final.Gen)
 		b = binary.AppendVarint(b, it.Final.AtMs)
+	}
+	if exp.set {
+		flags |= flagExpires
+		b = binary.AppendVarint(b, exp.sec)
 	}
 	b[1] = flags
 	return b
@@ -243,12 +300,20 @@ func (r *varintReader) str() string {
 	return s
 }
 
-// decodeItem decodes the attributes written by encodeItem into an item with
-// key k.
+// decodeItem decodes the attributes written by encodeRecord into an item
+// with key k, leaving the expiry out.
 func decodeItem(k sink.Key, v []byte) (sink.Item, error) {
+	it, _, err := decodeRecord(k, v)
+	return it, err
+}
+
+// decodeRecord decodes the attributes and the expiry written by
+// encodeRecord into an item with key k.
+func decodeRecord(k sink.Key, v []byte) (sink.Item, expiry, error) {
 	it := sink.Item{Key: k}
-	if len(v) < 2 || v[0] != formatV1 {
-		return it, fmt.Errorf("embedded: item %q/%q: %w", k.Entity, k.Bucket, errCorrupt)
+	var exp expiry
+	if len(v) < 2 || v[0] != formatV1 || v[1]&^(flagExpires<<1-1) != 0 {
+		return it, exp, fmt.Errorf("embedded: item %q/%q: %w", k.Entity, k.Bucket, errCorrupt)
 	}
 	flags := v[1]
 	r := varintReader{b: v[2:]}
@@ -274,10 +339,13 @@ func decodeItem(k sink.Key, v []byte) (sink.Item, error) {
 		it.Final.Gen = r.int()
 		it.Final.AtMs = r.int()
 	}
-	if r.err != nil || len(r.b) != 0 {
-		return it, fmt.Errorf("embedded: item %q/%q: %w", k.Entity, k.Bucket, errCorrupt)
+	if flags&flagExpires != 0 {
+		exp = expiry{sec: r.int(), set: true}
 	}
-	return it, nil
+	if r.err != nil || len(r.b) != 0 {
+		return it, exp, fmt.Errorf("embedded: item %q/%q: %w", k.Entity, k.Bucket, errCorrupt)
+	}
+	return it, exp, nil
 }
 
 func encodeTotal(t sink.Total) []byte {

@@ -10,7 +10,7 @@ import (
 // Metrics are the store's Prometheus metrics.
 type Metrics struct {
 	// Writes counts applied item writes, by op (put, put_final, remove,
-	// delete, set_total, delete_total).
+	// delete, expire, set_total, delete_total).
 	Writes *prometheus.CounterVec
 	// Refused counts writes refused by their condition, by op (put,
 	// put_final, remove, delete).

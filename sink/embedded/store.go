@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/adclick/adclick/internal/pebbleutil"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -13,6 +13,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/adclick/adclick/clock"
+	"github.com/adclick/adclick/internal/pebbleutil"
 	"github.com/adclick/adclick/sink"
 )
 
@@ -38,7 +40,27 @@ type Options struct {
 	// Writes then survive Close but not a crash. Default false (sync); meant
 	// for throwaway stores in tests and benchmarks only.
 	NoSync bool
+	// Retention is how long rows are kept after their bucket ends (see
+	// sink.Retention, which says why expiry never takes a row the flush or
+	// the recount needs). Zero fields take sink's defaults: 35 days for
+	// minute rows, 400 for hour rows.
+	Retention sink.Retention
+	// Clock is the time expiry is judged by. Default: the store's data
+	// clock, the start of the newest bucket written through this Store
+	// since Open. A file replay then expires rows by the trace's own time,
+	// the same way on every run, and a store nothing writes to (adclick
+	// rows reading it) expires nothing.
+	Clock clock.Clock
 }
+
+// Expiry is driven by writes: a Put or PutFinal call that finds the clock
+// expiryEveryMs past the last pass expires up to expiryBatch rows whose
+// expires_at is over, before it returns (a pass that hits the batch size
+// leaves the rest to the next call). Expire does the same on demand.
+const (
+	expiryEveryMs = 60_000
+	expiryBatch   = 1000
+)
 
 const (
 	defaultCacheSize    = 16 << 20
@@ -62,8 +84,19 @@ type Store struct {
 	// by Sync (see totals.go).
 	tot totalsBuffer
 
-	// indexSteps counts index iterator steps (for tests of QueryIndex cost).
-	indexSteps atomic.Int64
+	// indexSteps counts index iterator steps (for tests of QueryIndex cost),
+	// bucketSteps those of QueryBucket.
+	indexSteps, bucketSteps atomic.Int64
+
+	retention sink.Retention
+	clock     clock.Clock // nil: the data clock, newest
+	// newest is the data clock: the start (Unix ms) of the newest bucket
+	// written since Open; math.MinInt64 before the first write.
+	newest atomic.Int64
+	// nextExpiry is the clock time (Unix ms) of the next expiry pass;
+	// expireMu lets one call run it while the others go on.
+	nextExpiry atomic.Int64
+	expireMu   sync.Mutex
 }
 
 // Open opens (creating if needed) the store in dir.
@@ -73,6 +106,10 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	if o.MemTableSize == 0 {
 		o.MemTableSize = defaultMemTableSize
+	}
+	o.Retention.EnsureDefaults()
+	if err := o.Retention.Validate(); err != nil {
+		return nil, fmt.Errorf("embedded: %w", err)
 	}
 	m, err := NewMetrics(o.Registerer)
 	if err != nil {
@@ -97,7 +134,60 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open %s: %w", dir, err)
 	}
-	return &Store{db: db, noSync: o.NoSync, metrics: m, seed: maphash.MakeSeed(), gate: pebbleutil.Gate{Closed: ErrClosed}}, nil
+	s := &Store{db: db, noSync: o.NoSync, metrics: m, seed: maphash.MakeSeed(), gate: pebbleutil.Gate{Closed: ErrClosed},
+		retention: o.Retention, clock: o.Clock}
+	s.newest.Store(math.MinInt64)
+	if err := s.indexBuckets(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// indexBuckets writes the bucket index entries of every item, once, in a
+// store written before the bucket index existed (as DynamoDB backfills a
+// new global secondary index), and marks the store as indexed.
+func (s *Store) indexBuckets() error {
+	_, closer, err := s.db.Get(metaBucketIndex)
+	if err == nil {
+		return closer.Close()
+	}
+	if !errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("embedded: open: %w", err)
+	}
+	lower := []byte{prefixItem}
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+	if err != nil {
+		return fmt.Errorf("embedded: index buckets: %w", err)
+	}
+	b := s.db.NewBatch()
+	for valid := iter.First(); valid; valid = iter.Next() {
+		k, err := decodeItemKey(iter.Key())
+		if err != nil {
+			b.Close()
+			return errors.Join(fmt.Errorf("embedded: index buckets: %w", err), iter.Close())
+		}
+		_ = b.Set(bucketIndexKey(k), nil, nil)
+		if b.Count() >= 10_000 {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				b.Close()
+				return errors.Join(fmt.Errorf("embedded: index buckets: %w", err), iter.Close())
+			}
+			b.Close()
+			b = s.db.NewBatch()
+		}
+	}
+	if err := iter.Close(); err != nil {
+		b.Close()
+		return fmt.Errorf("embedded: index buckets: %w", err)
+	}
+	_ = b.Set(metaBucketIndex, nil, nil)
+	err = b.Commit(pebble.Sync)
+	b.Close()
+	if err != nil {
+		return fmt.Errorf("embedded: index buckets: %w", err)
+	}
+	return nil
 }
 
 // Metrics returns the store's metrics.
@@ -161,22 +251,58 @@ func (s *Store) finish(wrote bool, err error) error {
 
 // getItem reads the item stored under ikey (the encoded key of k).
 func (s *Store) getItem(k sink.Key, ikey []byte) (sink.Item, bool, error) {
+	it, _, ok, err := s.getRecord(k, ikey)
+	return it, ok, err
+}
+
+// getRecord reads the item stored under ikey and its expiry.
+func (s *Store) getRecord(k sink.Key, ikey []byte) (sink.Item, expiry, bool, error) {
 	v, closer, err := s.db.Get(ikey)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return sink.Item{Key: k}, false, nil
+		return sink.Item{Key: k}, expiry{}, false, nil
 	}
 	if err != nil {
-		return sink.Item{}, false, fmt.Errorf("embedded: get %q/%q: %w", k.Entity, k.Bucket, err)
+		return sink.Item{}, expiry{}, false, fmt.Errorf("embedded: get %q/%q: %w", k.Entity, k.Bucket, err)
 	}
-	it, derr := decodeItem(k, v)
+	it, exp, derr := decodeRecord(k, v)
 	cerr := closer.Close()
 	if derr != nil {
-		return sink.Item{}, false, derr
+		return sink.Item{}, expiry{}, false, derr
 	}
 	if cerr != nil {
-		return sink.Item{}, false, fmt.Errorf("embedded: get %q/%q: %w", k.Entity, k.Bucket, cerr)
+		return sink.Item{}, expiry{}, false, fmt.Errorf("embedded: get %q/%q: %w", k.Entity, k.Bucket, cerr)
 	}
-	return it, true, nil
+	return it, exp, true, nil
+}
+
+// written notes a write of bucket: it advances the data clock and returns
+// the row's expiry under the store's retention.
+func (s *Store) written(bucket string) expiry {
+	startMs, hour, err := sink.ParseBucket(bucket)
+	if err != nil {
+		return expiry{}
+	}
+	for {
+		cur := s.newest.Load()
+		if startMs <= cur || s.newest.CompareAndSwap(cur, startMs) {
+			break
+		}
+	}
+	sec, ok := s.retention.ExpiresAtStart(startMs, hour)
+	return expiry{sec: sec, set: ok}
+}
+
+// setExpiry puts into b the change of an item's expiry from old to exp
+// (the expiry queue entry) and returns the expiry to store.
+func setExpiry(b *pebble.Batch, k sink.Key, old, exp expiry) expiry {
+	if !exp.set || old == exp {
+		return old
+	}
+	if old.set {
+		_ = b.Delete(expiryKey(old.sec, k), nil)
+	}
+	_ = b.Set(expiryKey(exp.sec, k), nil, nil)
+	return exp
 }
 
 func validKey(k sink.Key) error {
@@ -205,14 +331,18 @@ func (s *Store) Put(ctx context.Context, puts []sink.Put) (refused int, err erro
 			return 0, err
 		}
 	}
-	return applyEach(ctx, s, "put", puts, s.putOne)
+	refused, err = applyEach(ctx, s, "put", puts, s.putOne)
+	if err != nil {
+		return refused, err
+	}
+	return refused, s.expireDue(ctx)
 }
 
 func (s *Store) putOne(p sink.Put) (bool, error) {
 	ikey := itemKey(p.Key)
 	mu := s.lock(ikey)
 	defer mu.Unlock()
-	it, _, err := s.getItem(p.Key, ikey)
+	it, exp, found, err := s.getRecord(p.Key, ikey)
 	if err != nil {
 		return false, err
 	}
@@ -236,9 +366,15 @@ func (s *Store) putOne(p sink.Put) (bool, error) {
 		_ = b.Set(indexKey(p.Writer, ix, p.Key), nil, nil)
 		s.metrics.IndexEntries.WithLabelValues("added").Inc()
 	}
+	if !found {
+		_ = b.Set(bucketIndexKey(p.Key), nil, nil)
+	}
+	// An absolute SET of expires_at, as sink/dynamo writes it; Forever
+	// leaves an earlier expiry as it is.
+	exp = setExpiry(b, p.Key, exp, s.written(p.Bucket))
 	*a = sink.Tagged{Present: true, Valid: p.Valid, SpendMicros: p.SpendMicros, Ckpt: p.Epoch, Ix: ix, Gen: p.Gen}
 	it.JobGen, it.HasJobGen = p.Gen, true
-	_ = b.Set(ikey, encodeItem(&it), nil)
+	_ = b.Set(ikey, encodeRecord(&it, exp), nil)
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return false, fmt.Errorf("embedded: put %q/%q: %w", p.Entity, p.Bucket, err)
 	}
@@ -256,7 +392,11 @@ func (s *Store) PutFinal(ctx context.Context, puts []sink.FinalPut) (refused int
 			return 0, err
 		}
 	}
-	return applyEach(ctx, s, "put final", puts, s.putFinalOne)
+	refused, err = applyEach(ctx, s, "put final", puts, s.putFinalOne)
+	if err != nil {
+		return refused, err
+	}
+	return refused, s.expireDue(ctx)
 }
 
 // applyEach applies one conditional write per element (one returns false
@@ -289,7 +429,7 @@ func (s *Store) putFinalOne(p sink.FinalPut) (bool, error) {
 	ikey := itemKey(p.Key)
 	mu := s.lock(ikey)
 	defer mu.Unlock()
-	it, _, err := s.getItem(p.Key, ikey)
+	it, exp, found, err := s.getRecord(p.Key, ikey)
 	if err != nil {
 		return false, err
 	}
@@ -297,8 +437,19 @@ func (s *Store) putFinalOne(p sink.FinalPut) (bool, error) {
 		s.metrics.Refused.WithLabelValues("put_final").Inc()
 		return false, nil
 	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	if !found {
+		_ = b.Set(bucketIndexKey(p.Key), nil, nil)
+	}
+	// The recount sets an expiry only on a row that has none (DynamoDB's
+	// if_not_exists): the stream's writes, under the job's retention, own it.
+	if nexp := s.written(p.Bucket); !exp.set {
+		exp = setExpiry(b, p.Key, exp, nexp)
+	}
 	it.Final = sink.FinalAttrs{Present: true, Valid: p.Valid, SpendMicros: p.SpendMicros, Gen: p.Gen, AtMs: p.AtMs}
-	if err := s.db.Set(ikey, encodeItem(&it), pebble.NoSync); err != nil {
+	_ = b.Set(ikey, encodeRecord(&it, exp), nil)
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return false, fmt.Errorf("embedded: put final %q/%q: %w", p.Entity, p.Bucket, err)
 	}
 	s.metrics.Writes.WithLabelValues("put_final").Inc()
@@ -399,7 +550,7 @@ func (s *Store) removeOrDelete(ctx context.Context, k sink.Key, w sink.Writer, c
 	ikey := itemKey(k)
 	mu := s.lock(ikey)
 	defer mu.Unlock()
-	it, found, err := s.getItem(k, ikey)
+	it, exp, found, err := s.getRecord(k, ikey)
 	if err != nil {
 		return false, false, err
 	}
@@ -418,16 +569,187 @@ func (s *Store) removeOrDelete(ctx context.Context, k sink.Key, w sink.Writer, c
 	s.metrics.IndexEntries.WithLabelValues("removed").Inc()
 	if del && !other.Present && !it.Final.Present {
 		_ = b.Delete(ikey, nil)
+		_ = b.Delete(bucketIndexKey(k), nil)
+		if exp.set {
+			_ = b.Delete(expiryKey(exp.sec, k), nil)
+		}
 		deleted = true
 	} else {
 		*a = sink.Tagged{}
-		_ = b.Set(ikey, encodeItem(&it), nil)
+		_ = b.Set(ikey, encodeRecord(&it, exp), nil)
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return false, false, fmt.Errorf("embedded: %s %q/%q: %w", op, k.Entity, k.Bucket, err)
 	}
 	s.metrics.Writes.WithLabelValues(op).Inc()
 	return deleted, true, s.sync()
+}
+
+// QueryBucket calls fn for the items of bucket after the entity after, in
+// entity order, at most limit of them (limit < 1: all). It walks only the
+// bucket's entries of the bucket index, from after on, so its cost is
+// proportional to the items it returns. Each item is read when its entry
+// is reached; fn may write to the store.
+func (s *Store) QueryBucket(ctx context.Context, bucket, after string, limit int, fn func(sink.Item) error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.gate.Leave()
+	prefix := bucketPrefix(bucket)
+	lower := prefix
+	if after != "" {
+		lower = appendEsc(append([]byte(nil), prefix...), after)
+	}
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return fmt.Errorf("embedded: query bucket: %w", err)
+	}
+	n := 0
+	for valid := iter.First(); valid && (limit < 1 || n < limit); valid = iter.Next() {
+		s.bucketSteps.Add(1)
+		if err := ctx.Err(); err != nil {
+			return errors.Join(fmt.Errorf("embedded: query bucket: %w", err), iter.Close())
+		}
+		entity, rest, err := readEsc(iter.Key()[len(prefix):])
+		if err != nil || len(rest) != 0 {
+			return errors.Join(fmt.Errorf("embedded: query bucket: %w", errCorrupt), iter.Close())
+		}
+		if entity <= after {
+			continue
+		}
+		k := sink.Key{Entity: entity, Bucket: bucket}
+		it, ok, err := s.getItem(k, itemKey(k))
+		if err != nil {
+			return errors.Join(err, iter.Close())
+		}
+		if !ok {
+			continue
+		}
+		if err := fn(it); err != nil {
+			return errors.Join(err, iter.Close())
+		}
+		n++
+	}
+	if err := iter.Close(); err != nil {
+		return fmt.Errorf("embedded: query bucket: %w", err)
+	}
+	return nil
+}
+
+// now returns the time expiry is judged by: the clock's, or the data
+// clock's (math.MinInt64 before any write).
+func (s *Store) now() int64 {
+	if s.clock != nil {
+		return s.clock.NowMs()
+	}
+	return s.newest.Load()
+}
+
+// expireDue runs an expiry pass if the clock has moved expiryEveryMs past
+// the last one, unless another call is running one.
+func (s *Store) expireDue(ctx context.Context) error {
+	now := s.now()
+	if now == math.MinInt64 || now < s.nextExpiry.Load() || !s.expireMu.TryLock() {
+		return nil
+	}
+	defer s.expireMu.Unlock()
+	n, err := s.Expire(ctx, now, expiryBatch)
+	if err != nil {
+		return err
+	}
+	next := now + expiryEveryMs
+	if n >= expiryBatch {
+		next = now // more are due: the next call goes on
+	}
+	s.nextExpiry.Store(next)
+	return nil
+}
+
+// Expire deletes up to limit items (limit < 1: all) whose expires_at, in
+// Unix seconds, is before nowMs (as DynamoDB's TTL deletes an item once
+// the current time is past its expires_at), with their tag-index, bucket
+// index and expiry entries, and returns how many it deleted. Each item is
+// checked again under its lock, so an item written since with another
+// expiry stays. It syncs once. Put and PutFinal call it by themselves as
+// the store's clock advances (see Options.Clock); tests and tools call it
+// with the time they choose.
+func (s *Store) Expire(ctx context.Context, nowMs int64, limit int) (int, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.gate.Leave()
+	sec := nowMs / 1000
+	if nowMs < 0 && nowMs%1000 != 0 {
+		sec-- // floor
+	}
+	lower := []byte{prefixExpiry}
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: appendInt64([]byte{prefixExpiry}, sec)})
+	if err != nil {
+		return 0, fmt.Errorf("embedded: expire: %w", err)
+	}
+	type due struct {
+		sec int64
+		k   sink.Key
+	}
+	var todo []due
+	for valid := iter.First(); valid && (limit < 1 || len(todo) < limit); valid = iter.Next() {
+		at, k, err := decodeExpiryKey(iter.Key())
+		if err != nil {
+			return 0, errors.Join(fmt.Errorf("embedded: expire: %w", err), iter.Close())
+		}
+		todo = append(todo, due{at, k})
+	}
+	if err := iter.Close(); err != nil {
+		return 0, fmt.Errorf("embedded: expire: %w", err)
+	}
+	n, wrote := 0, false
+	for _, d := range todo {
+		if err := ctx.Err(); err != nil {
+			return n, s.finish(wrote, fmt.Errorf("embedded: expire: %w", err))
+		}
+		deleted, err := s.expireOne(d.k, d.sec)
+		if err != nil {
+			return n, s.finish(wrote, err)
+		}
+		wrote = true
+		if deleted {
+			n++
+		}
+	}
+	return n, s.finish(wrote, nil)
+}
+
+// expireOne deletes the item k if its expiry is still sec, or else only
+// the stale queue entry.
+func (s *Store) expireOne(k sink.Key, sec int64) (bool, error) {
+	ikey := itemKey(k)
+	mu := s.lock(ikey)
+	defer mu.Unlock()
+	it, exp, found, err := s.getRecord(k, ikey)
+	if err != nil {
+		return false, err
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Delete(expiryKey(sec, k), nil)
+	deleted := found && exp.set && exp.sec == sec
+	if deleted {
+		_ = b.Delete(ikey, nil)
+		_ = b.Delete(bucketIndexKey(k), nil)
+		for _, w := range []sink.Writer{sink.Fast, sink.Late} {
+			if a := it.Attrs(w); a.Present {
+				_ = b.Delete(indexKey(w, a.Ix, k), nil)
+				s.metrics.IndexEntries.WithLabelValues("removed").Inc()
+			}
+		}
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return false, fmt.Errorf("embedded: expire %q/%q: %w", k.Entity, k.Bucket, err)
+	}
+	if deleted {
+		s.metrics.Writes.WithLabelValues("expire").Inc()
+	}
+	return deleted, nil
 }
 
 // Scan calls fn for every item, in (entity, bucket) order.

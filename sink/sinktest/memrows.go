@@ -3,6 +3,7 @@ package sinktest
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 
 	"github.com/adclick/adclick/sink"
@@ -116,6 +117,33 @@ func (m *MemRows) QueryIndex(ctx context.Context, w sink.Writer, ix string, fn f
 		a := it.Attrs(w)
 		return a.Present && a.Ix == ix
 	}, fn)
+}
+
+// QueryBucket calls fn, without holding the lock, for a snapshot of the
+// items of bucket after the entity after, in entity order, at most limit
+// of them (limit < 1: all).
+func (m *MemRows) QueryBucket(ctx context.Context, bucket, after string, limit int, fn func(sink.Item) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sinktest: query bucket: %w", err)
+	}
+	m.mu.Lock()
+	var out []sink.Item
+	for _, it := range m.items {
+		if it.Bucket == bucket && it.Entity > after {
+			out = append(out, it)
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Entity < out[j].Entity })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	for _, it := range out {
+		if err := fn(it); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Scan calls fn, without holding the lock, for a snapshot of every item.

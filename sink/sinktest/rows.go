@@ -29,8 +29,11 @@ import (
 //     remain; only Delete removes items.
 //   - Put and PutFinal with a cancelled context fail with an error that
 //     wraps context.Canceled and write nothing.
-//   - A callback error stops QueryIndex and Scan and is returned (wrapped or
-//     not, errors.Is must find it).
+//   - A callback error stops QueryIndex, QueryBucket and Scan and is
+//     returned (wrapped or not, errors.Is must find it).
+//   - QueryBucket returns every item of the bucket, whoever wrote it
+//     (final_* alone included), and items that Remove left with no
+//     writer's attributes; never an item Delete removed.
 func Rows(t *testing.T, open func(t *testing.T) sink.Rows) {
 	t.Helper()
 	tests := []struct {
@@ -50,6 +53,9 @@ func Rows(t *testing.T, open func(t *testing.T) sink.Rows) {
 		{"Remove", testRemove},
 		{"Delete", testDelete},
 		{"Scan", testScan},
+		{"QueryBucket", testQueryBucket},
+		{"QueryBucketAfterDelete", testQueryBucketAfterDelete},
+		{"QueryBucketManyPages", testQueryBucketManyPages},
 		{"CoalescedPuts", testCoalescedPuts},
 		{"LargeBatch", testLargeBatch},
 		{"QueryIndexManyPages", testQueryIndexManyPages},
@@ -844,4 +850,145 @@ func testCancelledContext(t *testing.T, s sink.Rows) {
 	}
 	wantMissing(t, s, minute1)
 	wantMissing(t, s, hour1)
+}
+
+// bucketEntities returns the entities QueryBucket(bucket, after, limit)
+// passes to fn, in the order it passes them, checking that every item is of
+// the bucket.
+func bucketEntities(t *testing.T, s sink.Rows, bucket, after string, limit int) []string {
+	t.Helper()
+	var got []string
+	err := s.QueryBucket(context.Background(), bucket, after, limit, func(it sink.Item) error {
+		if it.Bucket != bucket {
+			return fmt.Errorf("QueryBucket(%q) returned %v", bucket, it.Key)
+		}
+		got = append(got, it.Entity)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("QueryBucket(%q, after %q, limit %d): %v", bucket, after, limit, err)
+	}
+	return got
+}
+
+func wantEntities(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("%s: got entities %v, want %v", what, got, want)
+	}
+}
+
+func testQueryBucket(t *testing.T, s sink.Rows) {
+	ctx := context.Background()
+	wantEntities(t, "empty store", bucketEntities(t, s, hour1.Bucket, "", 0), nil)
+	// Hour rows of two hours and minute rows, written by every writer, in
+	// an order unrelated to the entities'.
+	h10, h11 := "H2026-11-29T10Z", "H2026-11-29T11Z"
+	ads := []string{"ad_5", "ad_1", "ad_10", "ad_3", "ad_2", "ad_4"}
+	var puts []sink.Put
+	for i, ad := range ads {
+		puts = append(puts,
+			sink.Put{Key: sink.Key{Entity: ad, Bucket: h10}, Writer: sink.Fast, Valid: int64(i), Epoch: 5, Gen: 1},
+			sink.Put{Key: sink.Key{Entity: ad, Bucket: h11}, Writer: sink.Late, Valid: int64(i), Epoch: 5, Gen: 1},
+			sink.Put{Key: sink.Key{Entity: ad, Bucket: "M2026-11-29T10:14Z"}, Writer: sink.Fast, Valid: 1, Epoch: 5, Gen: 1},
+		)
+	}
+	put(t, s, puts...)
+	// An hour row with final_* only (the recount found clicks the stream
+	// did not count).
+	putFinal(t, s, sink.FinalPut{Key: sink.Key{Entity: "ad_0", Bucket: h10}, Valid: 9, Gen: 1, AtMs: 1})
+
+	all := []string{"ad_0", "ad_1", "ad_10", "ad_2", "ad_3", "ad_4", "ad_5"}
+	wantEntities(t, "hour 10", bucketEntities(t, s, h10, "", 0), all)
+	wantEntities(t, "hour 11", bucketEntities(t, s, h11, "", 0), all[1:])
+	wantEntities(t, "minute", bucketEntities(t, s, "M2026-11-29T10:14Z", "", -1), all[1:])
+	wantEntities(t, "another hour", bucketEntities(t, s, "H2026-11-29T12Z", "", 0), nil)
+	wantEntities(t, "after ad_10", bucketEntities(t, s, h10, "ad_10", 0), all[3:])
+	wantEntities(t, "after an absent entity", bucketEntities(t, s, h10, "ad_11", 0), all[3:])
+	wantEntities(t, "after the last", bucketEntities(t, s, h10, "ad_5", 0), nil)
+	wantEntities(t, "limit 3", bucketEntities(t, s, h10, "", 3), all[:3])
+	wantEntities(t, "limit 2 after ad_2", bucketEntities(t, s, h10, "ad_2", 2), []string{"ad_3", "ad_4"})
+
+	// Pages of 2, each after the last entity of the one before, give the
+	// whole bucket once.
+	var paged []string
+	for after := ""; ; {
+		page := bucketEntities(t, s, h10, after, 2)
+		paged = append(paged, page...)
+		if len(page) < 2 {
+			break
+		}
+		after = page[len(page)-1]
+	}
+	wantEntities(t, "paged", paged, all)
+
+	// The items are whole: every writer's attributes.
+	var got sink.Item
+	if err := s.QueryBucket(ctx, h10, "ad_3", 1, func(it sink.Item) error { got = it; return nil }); err != nil {
+		t.Fatalf("QueryBucket: %v", err)
+	}
+	want := sink.Item{Key: sink.Key{Entity: "ad_4", Bucket: h10}, JobGen: 1, HasJobGen: true,
+		Fast: tagged(sink.Key{Entity: "ad_4", Bucket: h10}, 5, 0, 5, 1)}
+	if got != want {
+		t.Fatalf("QueryBucket item:\n got  %+v\n want %+v", got, want)
+	}
+	var fin sink.Item
+	if err := s.QueryBucket(ctx, h10, "", 1, func(it sink.Item) error { fin = it; return nil }); err != nil {
+		t.Fatalf("QueryBucket: %v", err)
+	}
+	if wantF := (sink.FinalAttrs{Present: true, Valid: 9, Gen: 1, AtMs: 1}); fin.Final != wantF || fin.Fast.Present {
+		t.Fatalf("QueryBucket item %v = %+v, want only final_* %+v", fin.Key, fin, wantF)
+	}
+
+	stop := errors.New("stop query")
+	calls := 0
+	err := s.QueryBucket(ctx, h10, "", 0, func(sink.Item) error { calls++; return stop })
+	if !errors.Is(err, stop) || calls != 1 {
+		t.Fatalf("QueryBucket with a failing callback = %v after %d calls, want %v after 1", err, calls, stop)
+	}
+}
+
+func testQueryBucketAfterDelete(t *testing.T, s sink.Rows) {
+	put(t, s,
+		sink.Put{Key: minute1, Writer: sink.Fast, Valid: 1, Epoch: 3, Gen: 1},
+		sink.Put{Key: minute2, Writer: sink.Fast, Valid: 2, Epoch: 3, Gen: 1},
+		sink.Put{Key: hour1, Writer: sink.Fast, Valid: 3, Epoch: 3, Gen: 1},
+	)
+	ctx := context.Background()
+	if deleted, ok, err := s.Delete(ctx, minute1, sink.Fast, 3); err != nil || !deleted || !ok {
+		t.Fatalf("Delete(%v) = %v, %v, %v; want deleted", minute1, deleted, ok, err)
+	}
+	if ok, err := s.Remove(ctx, hour1, sink.Fast, 3); err != nil || !ok {
+		t.Fatalf("Remove(%v) = %v, %v; want ok", hour1, ok, err)
+	}
+	wantEntities(t, "minute after Delete", bucketEntities(t, s, minute1.Bucket, "", 0), []string{minute2.Entity})
+	// Remove keeps the item (with job_gen), so the bucket still lists it.
+	wantEntities(t, "hour after Remove", bucketEntities(t, s, hour1.Bucket, "", 0), []string{hour1.Entity})
+	put(t, s, sink.Put{Key: minute1, Writer: sink.Fast, Valid: 4, Epoch: 4, Gen: 1})
+	wantEntities(t, "minute written again", bucketEntities(t, s, minute1.Bucket, "", 0), []string{minute1.Entity, minute2.Entity})
+}
+
+func testQueryBucketManyPages(t *testing.T, s sink.Rows) {
+	// 1,200 items of about 1 KB each in one bucket: more than one DynamoDB
+	// query page (1 MB), and a limit that ends inside the second page.
+	const n = 1200
+	padding := strings.Repeat("x", 900)
+	puts := make([]sink.Put, n)
+	want := make([]string, n)
+	for i := range puts {
+		want[i] = fmt.Sprintf("ad_%04d_%s", i, padding)
+		puts[i] = sink.Put{Key: sink.Key{Entity: want[i], Bucket: "H2026-11-29T10Z"}, Writer: sink.Fast, Valid: int64(i), Epoch: 7, Gen: 1}
+	}
+	// Written from the end, so that write order is not entity order.
+	for i, j := 0, n-1; i < j; i, j = i+1, j-1 {
+		puts[i], puts[j] = puts[j], puts[i]
+	}
+	wantRefused(t, "setup", put(t, s, puts...), 0)
+	got := bucketEntities(t, s, "H2026-11-29T10Z", "", 0)
+	if len(got) != n {
+		t.Fatalf("QueryBucket returned %d items, want %d", len(got), n)
+	}
+	wantEntities(t, "all", got, want)
+	wantEntities(t, "limit 1,100", bucketEntities(t, s, "H2026-11-29T10Z", "", 1100), want[:1100])
+	wantEntities(t, "after 1,150th, limit 20", bucketEntities(t, s, "H2026-11-29T10Z", want[1149], 20), want[1150:1170])
 }
