@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"github.com/adclick/adclick/eventtime"
 	"math"
 	"net/http"
 	"net/url"
@@ -12,7 +13,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/adclick/adclick/ingest"
-	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/sink"
 )
 
@@ -152,7 +152,7 @@ func hourParam(r *http.Request) (int64, *apiError) {
 // closed reports whether the window [start, start+size) is over by the
 // watermark: the watermark has reached its last millisecond.
 func closed(start, size, wm int64) bool {
-	return wm != preagg.NoWatermark && wm >= start+size-1
+	return eventtime.Closed(start, size, wm)
 }
 
 // hourStatus is the status of an hour row under watermark wm.
@@ -228,8 +228,8 @@ func (s *Server) minutes(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusBadRequest, codeBadTime, "to (%s) must be after from (%s)", fmtTime(to), fmtTime(from)))
 		return
 	}
-	first := floorDiv(from+minuteMs-1, minuteMs) * minuteMs // first minute starting at or after from
-	if n := floorDiv(to-first+minuteMs-1, minuteMs); n > MaxMinutes {
+	first := eventtime.FloorDiv(from+minuteMs-1, minuteMs) * minuteMs // first minute starting at or after from
+	if n := eventtime.FloorDiv(to-first+minuteMs-1, minuteMs); n > MaxMinutes {
 		writeError(w, errorf(http.StatusBadRequest, codeRangeTooLarge, "range covers %d minutes, more than %d", n, MaxMinutes))
 		return
 	}
@@ -251,7 +251,7 @@ func (s *Server) minutes(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			continue
 		}
-		h := floorDiv(m, hourMs) * hourMs
+		h := eventtime.FloorDiv(m, hourMs) * hourMs
 		fin, seen := finalHours[h]
 		if !seen {
 			it, ok, err := s.job.Rows().Get(ctx, sink.Key{Entity: ad, Bucket: sink.HourBucket(h)})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,7 +17,6 @@ import (
 	"testing"
 
 	"github.com/adclick/adclick/clock"
-	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/runtime"
 )
 
@@ -144,7 +144,7 @@ func goldenCases() []apiCase {
 		{name: "readyz_done", method: "GET", path: "/readyz", want: 503, setup: func(f *fakeJob) { f.st.Done = true }},
 		{name: "status", method: "GET", path: "/v1/status", want: 200},
 		{name: "status_no_watermark", method: "GET", path: "/v1/status", want: 200, setup: func(f *fakeJob) {
-			f.st.WatermarkMs, f.st.WatermarkLagMs, f.st.LastCheckpoint, f.st.Flush, f.st.ProcessingMs = preagg.NoWatermark, 1<<63-1, nil, nil, 0
+			f.st.WatermarkMs, f.st.WatermarkLagMs, f.st.LastCheckpoint, f.st.Flush, f.st.ProcessingMs = eventtime.NoWatermark, 1<<63-1, nil, nil, 0
 			f.st.Shards = nil
 		}},
 		{name: "status_metrics", method: "GET", path: "/v1/status", want: 200,

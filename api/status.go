@@ -1,13 +1,13 @@
 package api
 
 import (
+	"github.com/adclick/adclick/eventtime"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 
-	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/runtime"
 )
@@ -252,17 +252,17 @@ func (s *Server) statusOf(st runtime.Status, jm jobMetrics) StatusResponse {
 // recount under the job watermark and the last checkpoint.
 func billingOf(st runtime.Status, jm jobMetrics) Billing {
 	b := Billing{MarginMs: recount.DefaultMarginMs, Notes: []string{}}
-	if st.WatermarkMs != preagg.NoWatermark {
-		open := floorDiv(st.WatermarkMs+1, hourMs) * hourMs
+	if st.WatermarkMs != eventtime.NoWatermark {
+		open := eventtime.FloorDiv(st.WatermarkMs+1, hourMs) * hourMs
 		b.OpenFrom = hourOrNil(open)
 		b.ClosedThrough = hourOrNil(open - hourMs)
 	}
 	if c := st.LastCheckpoint; c != nil {
 		if h, ok := settingMs(c.Settings, "horizon_ms"); ok {
 			b.HorizonMs = &h
-			if c.Watermark != preagg.NoWatermark {
+			if c.Watermark != eventtime.NoWatermark {
 				// The last hour h with h + 1 h + horizon + margin <= watermark.
-				b.ReadyThrough = hourOrNil(floorDiv(c.Watermark-h-recount.DefaultMarginMs-hourMs, hourMs) * hourMs)
+				b.ReadyThrough = hourOrNil(eventtime.FloorDiv(c.Watermark-h-recount.DefaultMarginMs-hourMs, hourMs) * hourMs)
 			}
 		}
 	}

@@ -2,13 +2,13 @@ package api
 
 import (
 	"encoding/json"
+	"github.com/adclick/adclick/eventtime"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adclick/adclick/ingest"
-	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/runtime"
 )
 
@@ -201,7 +201,7 @@ func TestBilling(t *testing.T) {
 		closed, open, ready, recountedH string // "" = null
 		notes                           int
 	}{
-		{"no watermark", preagg.NoWatermark, nil, nil, "", "", "", "", 2},
+		{"no watermark", eventtime.NoWatermark, nil, nil, "", "", "", "", 2},
 		{"no checkpoint", wm, nil, nil, "2026-11-29T12Z", "2026-11-29T13Z", "", "", 2},
 		// 13:15 - 2 h - 10 min - 1 h = 10:05: hour 10 is ready.
 		{"ready", wm, &runtime.Meta{Watermark: wm, Settings: "format=3 window_ms=60000 horizon_ms=7200000 dedup=true"}, nil,

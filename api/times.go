@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"strings"
 	"time"
 )
@@ -48,19 +49,10 @@ func parseHour(s string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if floorDiv(ms, hourMs)*hourMs != ms {
+	if eventtime.FloorDiv(ms, hourMs)*hourMs != ms {
 		return 0, fmt.Errorf("time %q is not the start of an hour (want e.g. 2026-11-29T10Z)", s)
 	}
 	return ms, nil
-}
-
-// floorDiv divides rounding towards minus infinity.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if (a%b != 0) && ((a < 0) != (b < 0)) {
-		q--
-	}
-	return q
 }
 
 func fmtMinute(ms int64) string { return time.UnixMilli(ms).UTC().Format(minuteLayout) }

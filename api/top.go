@@ -2,12 +2,12 @@ package api
 
 import (
 	"errors"
+	"github.com/adclick/adclick/eventtime"
 	"net/http"
 	"sort"
 	"strconv"
 	"sync"
 
-	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/sink"
 )
 
@@ -81,8 +81,8 @@ func (s *Server) topAds(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := &TopResponse{Epochs: []int64{}, Ads: []TopAd{}}
 	since := int64(-1 << 62)
-	if st.WatermarkMs != preagg.NoWatermark {
-		since = floorDiv(st.WatermarkMs, minuteMs)*minuteMs - minuteMs
+	if st.WatermarkMs != eventtime.NoWatermark {
+		since = eventtime.FloorDiv(st.WatermarkMs, minuteMs)*minuteMs - minuteMs
 		m := fmtMinute(since)
 		resp.Since = &m
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/adclick/adclick/eventtime"
 	"strings"
 	"testing"
 	"time"
@@ -8,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/runtime"
 )
 
@@ -67,7 +67,7 @@ func TestStatuses(t *testing.T) {
 		final bool
 		want  string
 	}{
-		{preagg.NoWatermark, false, StatusOpen},
+		{eventtime.NoWatermark, false, StatusOpen},
 		{h - 1, false, StatusOpen},
 		{h + hourMs - 2, false, StatusOpen},
 		{h + hourMs - 1, false, StatusProvisional}, // the hour's last millisecond: closed
@@ -125,7 +125,7 @@ func TestSamplerRunsUntilClose(t *testing.T) {
 }
 
 func TestSampleWithoutWatermark(t *testing.T) {
-	s := sampleOf(5, runtime.Status{WatermarkMs: preagg.NoWatermark, WatermarkLagMs: 1<<63 - 1}, jobMetrics{})
+	s := sampleOf(5, runtime.Status{WatermarkMs: eventtime.NoWatermark, WatermarkLagMs: 1<<63 - 1}, jobMetrics{})
 	if s.WatermarkMs != nil || s.LagMs != nil {
 		t.Errorf("sample before any watermark: got %+v, want nulls", s)
 	}

@@ -3,6 +3,7 @@ package ingest
 import (
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"math"
 	"slices"
 	"strings"
@@ -20,10 +21,9 @@ const (
 	DefaultIdleMs int64 = 30000
 )
 
-// NoWatermark is the watermark value meaning "no watermark yet": a shard
-// before its first record and first tick, or a job before every active shard
-// has one. It is below every real event time, so no window fires on it.
-const NoWatermark int64 = math.MinInt64
+// eventtime.NoWatermark means "no watermark yet": a shard before its first
+// record and first tick, or a job before every active shard has one. It is
+// below every real event time, so no window fires on it.
 
 // WatermarkOptions configures watermark generation. All values are
 // milliseconds; a zero IntervalMs or IdleMs means its default (see
@@ -85,7 +85,7 @@ type ShardWatermark struct {
 	// ID is the shard id.
 	ID string
 	// Watermark is the shard's watermark as of the last tick: MaxEventMs −
-	// allowance − 1 ms, or NoWatermark before its first record and tick.
+	// allowance − 1 ms, or eventtime.NoWatermark before its first record and tick.
 	Watermark int64
 	// MaxEventMs is the highest event time read from the shard so far,
 	// including records read since the last tick; math.MinInt64 if none.
@@ -167,7 +167,7 @@ func NewWatermarks(o WatermarkOptions) *Watermarks {
 	return &Watermarks{
 		opts:   o,
 		shards: make(map[string]*wmShard),
-		job:    NoWatermark,
+		job:    eventtime.NoWatermark,
 	}
 }
 
@@ -191,7 +191,7 @@ func (w *Watermarks) addShard(id string, procMs int64) *wmShard {
 	s := &wmShard{
 		id:         id,
 		maxEvent:   math.MinInt64,
-		wm:         NoWatermark,
+		wm:         eventtime.NoWatermark,
 		lastRecord: math.MinInt64,
 	}
 	w.shards[id] = s
@@ -301,10 +301,10 @@ func (w *Watermarks) Tick(procMs int64) (wm int64, advanced bool) {
 			s.timing = false
 			s.idle = false
 			m := satSub(satSub(s.maxEvent, w.opts.AllowanceMs), 1)
-			if m == NoWatermark {
+			if m == eventtime.NoWatermark {
 				// A shard that has read a record has a watermark, even
 				// for an event time this close to math.MinInt64.
-				m = NoWatermark + 1
+				m = eventtime.NoWatermark + 1
 			}
 			s.wm = max(s.wm, m)
 		case s.closed:
@@ -318,7 +318,7 @@ func (w *Watermarks) Tick(procMs int64) (wm int64, advanced bool) {
 			continue
 		}
 		active = true
-		if s.wm == NoWatermark {
+		if s.wm == eventtime.NoWatermark {
 			complete = false
 			continue
 		}
@@ -361,24 +361,13 @@ func (w *Watermarks) Shards() []ShardWatermark {
 	return out
 }
 
-// WindowFires reports whether an event-time window ending at windowEndMs
-// (exclusive, Unix ms) fires at watermark wm: when wm has reached the
-// window's last millisecond, windowEndMs − 1. NoWatermark fires nothing;
-// math.MaxInt64 (Final) fires everything.
-func WindowFires(windowEndMs, wm int64) bool {
-	if windowEndMs == math.MinInt64 {
-		return true
-	}
-	return wm >= windowEndMs-1
-}
-
 // Lag returns the watermark lag at processing time procMs: procMs − wm, in
 // ms. It is math.MaxInt64 when wm is NoWatermark (event time has not
 // started, so the lag is unbounded: an alarm on it fires if the job never
 // gets a watermark) and 0 when wm is at or past procMs (after Final, or
 // clock skew). A gauge exporter may report math.MaxInt64 as +Inf.
 func Lag(procMs, wm int64) int64 {
-	if wm == NoWatermark {
+	if wm == eventtime.NoWatermark {
 		return math.MaxInt64
 	}
 	if wm >= procMs {

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"math"
 	"slices"
 	"strconv"
@@ -60,7 +61,7 @@ func wmParseClock(s string) (int64, error) {
 // scenario day, "none" for NoWatermark, "max" for math.MaxInt64.
 func wmClock(ms int64) string {
 	switch {
-	case ms == NoWatermark:
+	case ms == eventtime.NoWatermark:
 		return "none"
 	case ms == math.MaxInt64:
 		return "max"
@@ -132,26 +133,11 @@ func TestWatermarkOptions(t *testing.T) {
 	})
 }
 
-func TestWindowFires(t *testing.T) {
-	end := wmAt(10, 14, 0, 0)
-	tests := []struct {
-		name string
-		end  int64
-		wm   int64
-		want bool
-	}{
-		{"two ms before the last ms", end, end - 2, false},
-		{"at the last ms", end, end - 1, true},
-		{"at the end", end, end, true},
-		{"no watermark", end, NoWatermark, false},
-		{"final", end, math.MaxInt64, true},
-		{"minimum end", math.MinInt64, NoWatermark, true},
-	}
-	for _, tc := range tests {
-		if got := WindowFires(tc.end, tc.wm); got != tc.want {
-			t.Errorf("%s: WindowFires(%d, %d) = %v, want %v", tc.name, tc.end, tc.wm, got, tc.want)
-		}
-	}
+// WindowFires reports whether the window ending at end (exclusive) is
+// closed by watermark wm: the pipeline's rule (eventtime.Closed), stated by
+// the window's end as the scenarios are.
+func WindowFires(end, wm int64) bool {
+	return eventtime.Closed(end-eventtime.MinuteMs, eventtime.MinuteMs, wm)
 }
 
 func TestLag(t *testing.T) {
@@ -163,7 +149,7 @@ func TestLag(t *testing.T) {
 	}{
 		// Seed 001, "Watching the watermark": 10:15:07.2 − 10:15:00.999.
 		{"seed 001 W2", wmAt(10, 15, 7, 200), wmAt(10, 15, 0, 999), 6201},
-		{"no watermark", wmAt(10, 15, 7, 200), NoWatermark, math.MaxInt64},
+		{"no watermark", wmAt(10, 15, 7, 200), eventtime.NoWatermark, math.MaxInt64},
 		{"final", wmAt(10, 15, 7, 200), math.MaxInt64, 0},
 		{"watermark ahead of clock", 1000, 1500, 0},
 		{"huge span saturates", math.MaxInt64, math.MinInt64 + 1, math.MaxInt64},
@@ -455,20 +441,20 @@ func TestWatermarkIdleRule(t *testing.T) {
 	if w.Due(restore + 199) {
 		t.Fatalf("tick due before 10:16:30.2")
 	}
-	var idleAt int64 = NoWatermark
+	var idleAt int64 = eventtime.NoWatermark
 	for p := restore + 200; p <= wmAt(10, 17, 1, 0); p += 200 {
 		if !w.Due(p) {
 			t.Fatalf("tick not due at %s", wmClock(p))
 		}
 		wm, _ := w.Tick(p)
 		s3 := w.Shards()[2]
-		if s3.Idle && idleAt == NoWatermark {
+		if s3.Idle && idleAt == eventtime.NoWatermark {
 			idleAt = p
 			if wm != wmAt(10, 15, 4, 999) {
 				t.Errorf("job watermark when S3 goes idle = %s, want 10:15:04.999", wmClock(wm))
 			}
 		}
-		if !s3.Idle && wm != NoWatermark {
+		if !s3.Idle && wm != eventtime.NoWatermark {
 			t.Errorf("job watermark at %s = %s while S3 has none, want none", wmClock(p), wmClock(wm))
 		}
 	}
@@ -760,7 +746,7 @@ func wmReference(ops []wmRefOp, k int, o WatermarkOptions, ids []string) map[str
 		}
 		if st.hasWm {
 			st.wm = satSub(satSub(st.maxEvent, o.AllowanceMs), 1)
-			if st.wm == NoWatermark {
+			if st.wm == eventtime.NoWatermark {
 				st.wm++
 			}
 		}
@@ -824,7 +810,7 @@ func TestWatermarkProperty(t *testing.T) {
 		w := NewWatermarks(o)
 		proc := rapid.Int64Range(0, 1<<40).Draw(rt, "start")
 		var ops []wmRefOp
-		prevJob, refJob := NoWatermark, NoWatermark
+		prevJob, refJob := eventtime.NoWatermark, eventtime.NoWatermark
 		alwaysActive := make(map[string]bool) // shards active at every tick so far
 		ticked := false
 		n := rapid.IntRange(1, 80).Draw(rt, "ops")
@@ -877,7 +863,7 @@ func TestWatermarkProperty(t *testing.T) {
 				}
 				for _, s := range shards {
 					st := states[s.ID]
-					wantWm := NoWatermark
+					wantWm := eventtime.NoWatermark
 					if st.hasWm {
 						wantWm = st.wm
 					}
@@ -894,7 +880,7 @@ func TestWatermarkProperty(t *testing.T) {
 						continue
 					}
 					st := states[id]
-					if !st.hasWm && got != NoWatermark {
+					if !st.hasWm && got != eventtime.NoWatermark {
 						rt.Fatalf("op %d: job %d while always-active shard %s has no watermark", k, got, id)
 					}
 					if st.hasWm && got > st.maxEvent-o.AllowanceMs-1 {

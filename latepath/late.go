@@ -3,6 +3,7 @@ package latepath
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/adclick/adclick/eventtime"
 	"slices"
 
 	"github.com/adclick/adclick/windowing"
@@ -106,12 +107,12 @@ func (l *Late) Each(fn func(Total)) {
 // Expire forgets totals whose hour can no longer receive late clicks:
 // hour end + horizon < wm. Pending (dirty) totals are kept until flushed.
 func (l *Late) Expire(wm int64) {
-	if !l.oldestOK || l.oldest+windowing.HourMs+l.horizonMs >= wm {
+	if !l.oldestOK || l.oldest+eventtime.HourMs+l.horizonMs >= wm {
 		return
 	}
 	l.oldestOK = false
 	for k := range l.totals {
-		if _, d := l.dirty[k]; !d && k.hour+windowing.HourMs+l.horizonMs < wm {
+		if _, d := l.dirty[k]; !d && k.hour+eventtime.HourMs+l.horizonMs < wm {
 			delete(l.totals, k)
 			continue
 		}

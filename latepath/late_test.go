@@ -3,6 +3,7 @@ package latepath
 import (
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"slices"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 
 const (
 	h0 = int64(1_800_000_000_000) // a whole hour, Unix ms
-	hr = int64(windowing.HourMs)
+	hr = int64(eventtime.HourMs)
 )
 
 func flush(l *Late) []Total {

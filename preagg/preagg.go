@@ -2,20 +2,18 @@ package preagg
 
 import (
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"math"
 
 	"github.com/adclick/adclick/ingest"
 )
 
-// NoWatermark is the watermark before any has been received.
-const NoWatermark = math.MinInt64
-
-// EndOfTime is the watermark of the end of bounded input or of a drained
-// stop: it fires every window. It is never a real watermark: it never
-// becomes a floor and never expires dedup ids, so a start after it (more
-// input appended to a finished file, a restart after stop-with-drain)
-// judges clicks against the last real watermark and still knows every id.
-const EndOfTime = math.MaxInt64
+// eventtime.EndOfTime, the watermark of the end of bounded input or of a
+// drained stop, fires every window. It is never a real watermark here: it
+// never becomes a floor and never expires dedup ids, so a start after it
+// (more input appended to a finished file, a restart after
+// stop-with-drain) judges clicks against the last real watermark and still
+// knows every id.
 
 // Verdict is what the pre-aggregator decided about one valid click.
 type Verdict uint8
@@ -179,8 +177,8 @@ func New(o Options, d Dedup, kgFrom, kgTo int) (*PreAgg, error) {
 	}
 	return &PreAgg{
 		o: o, dedup: d, kgFrom: kgFrom, kgTo: kgTo,
-		wm: NoWatermark, floor: NoWatermark, candidate: NoWatermark,
-		expiredBefore: NoWatermark, forgotten: NoWatermark,
+		wm: eventtime.NoWatermark, floor: eventtime.NoWatermark, candidate: eventtime.NoWatermark,
+		expiredBefore: eventtime.NoWatermark, forgotten: eventtime.NoWatermark,
 		index: make(map[partialKey]int),
 	}, nil
 }
@@ -199,7 +197,9 @@ func (p *PreAgg) Floor() int64 { return p.floor }
 func (p *PreAgg) Stats() Stats { return p.stats }
 
 // WindowStart returns the start of the window holding t.
-func (p *PreAgg) WindowStart(t int64) int64 { return floorDiv(t, p.o.WindowMs) * p.o.WindowMs }
+func (p *PreAgg) WindowStart(t int64) int64 {
+	return eventtime.FloorDiv(t, p.o.WindowMs) * p.o.WindowMs
+}
 
 // Add judges one valid click (its EventMs already clamped) whose click id is
 // in key group kg. The checks run in this order:
@@ -224,11 +224,11 @@ func (p *PreAgg) Add(c *ingest.Click, kg int) (Verdict, error) {
 	if c.ArrivalMs > 0 {
 		hj = max(hj, c.ArrivalMs-p.o.AllowanceMs-1)
 	}
-	if hj != NoWatermark && c.ImpressionMs < hj-p.o.HorizonMs {
+	if hj != eventtime.NoWatermark && c.ImpressionMs < hj-p.o.HorizonMs {
 		p.stats.BeyondHorizon++
 		return BeyondHorizon, nil
 	}
-	if p.forgotten != NoWatermark && c.ImpressionMs < p.forgotten-p.o.HorizonMs ||
+	if p.forgotten != eventtime.NoWatermark && c.ImpressionMs < p.forgotten-p.o.HorizonMs ||
 		p.guardActive() && c.ImpressionMs < p.procMs-p.o.GuardMs {
 		p.stats.GuardExpired++
 		return GuardExpired, nil
@@ -244,7 +244,7 @@ func (p *PreAgg) Add(c *ingest.Click, kg int) (Verdict, error) {
 		}
 	}
 	start := p.WindowStart(c.EventMs)
-	if judge != NoWatermark && start+p.o.WindowMs-1 <= judge {
+	if eventtime.Closed(start, p.o.WindowMs, judge) {
 		p.stats.Late++
 		return Late, nil
 	}
@@ -304,7 +304,7 @@ func (p *PreAgg) Tick(procMs int64) ([]Partial, error) {
 // end did, and still knows every id it counted.
 func (p *PreAgg) Watermark(wm int64) ([]Partial, error) {
 	out := p.Flush()
-	if wm <= p.wm || wm == EndOfTime {
+	if wm <= p.wm || wm == eventtime.EndOfTime {
 		return out, nil
 	}
 	p.wm = wm
@@ -313,7 +313,7 @@ func (p *PreAgg) Watermark(wm int64) ([]Partial, error) {
 	// can lie under the floor, and saving one of them at the next barrier
 	// would lower the floor a later restore judges by.
 	p.candidate = max(p.candidate, wm)
-	if !p.o.NoDedup && wm != NoWatermark {
+	if !p.o.NoDedup && wm != eventtime.NoWatermark {
 		// Any copy of an id whose expiry (impression + horizon) is before
 		// wm has impression < wm - horizon ≤ judge - horizon: it is beyond
 		// the horizon, so the id is no longer needed.
@@ -330,7 +330,7 @@ func (p *PreAgg) expire(before int64) error {
 	}
 	// Expire whole minutes only: cheap, and a bucket boundary is where the
 	// store can drop anything.
-	if floorDiv(before, 60_000) == floorDiv(p.expiredBefore, 60_000) && p.expiredBefore != NoWatermark {
+	if eventtime.FloorDiv(before, 60_000) == eventtime.FloorDiv(p.expiredBefore, 60_000) && p.expiredBefore != eventtime.NoWatermark {
 		return nil
 	}
 	p.expiredBefore = before
@@ -383,7 +383,7 @@ func (p *PreAgg) RestoreForgotten(saved []int64) {
 func (p *PreAgg) Restore(saved []int64) {
 	f, ok := int64(math.MaxInt64), false
 	for _, v := range saved {
-		if v != EndOfTime {
+		if v != eventtime.EndOfTime {
 			f, ok = min(f, v), true
 		}
 	}
@@ -409,11 +409,3 @@ func (p *PreAgg) Flush() []Partial {
 
 // Buffered returns the number of buffered partials.
 func (p *PreAgg) Buffered() int { return len(p.buf) }
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if (a%b != 0) && ((a < 0) != (b < 0)) {
-		q--
-	}
-	return q
-}

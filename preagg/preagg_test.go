@@ -3,6 +3,7 @@ package preagg
 import (
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"slices"
 	"testing"
 
@@ -128,8 +129,8 @@ func TestPartialsAndWatermarkFlush(t *testing.T) {
 
 func TestBarrier(t *testing.T) {
 	p := newPA(t, Options{})
-	if _, f := p.Barrier(); f != NoWatermark {
-		t.Fatalf("floor candidate before any watermark = %d, want NoWatermark", f)
+	if _, f := p.Barrier(); f != eventtime.NoWatermark {
+		t.Fatalf("floor candidate before any watermark = %d, want eventtime.NoWatermark", f)
 	}
 	p.Watermark(t0 + 34_999)
 	p.Add(click("c7", "ad_9", t0+58_000, t0), 0)
@@ -147,10 +148,10 @@ func TestRestoreFloorIsMinimum(t *testing.T) {
 		saved []int64
 		want  int64
 	}{
-		{nil, NoWatermark},
+		{nil, eventtime.NoWatermark},
 		{[]int64{t0}, t0},
 		{[]int64{t0 + 5, t0, t0 + 9}, t0},
-		{[]int64{t0, NoWatermark}, NoWatermark},
+		{[]int64{t0, eventtime.NoWatermark}, eventtime.NoWatermark},
 	}
 	for _, tc := range tests {
 		p := newPA(t, Options{})
@@ -336,7 +337,7 @@ func TestGuardForgottenBoundHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Restore([]int64{floor})
-	r.RestoreForgotten([]int64{NoWatermark, p.Forgotten()})
+	r.RestoreForgotten([]int64{eventtime.NoWatermark, p.Forgotten()})
 	r.Tick(start + 24*hour + 1_000)
 	if v, _ := r.Add(old, 0); v != GuardExpired {
 		t.Fatalf("copy after a restart: %v, want guard_expired", v)
@@ -364,7 +365,7 @@ func TestEndOfTimeIsNotAWatermark(t *testing.T) {
 	if v, _ := p.Add(c, 0); v != Counted {
 		t.Fatalf("first copy: %v, want counted", v)
 	}
-	parts, err := p.Watermark(EndOfTime)
+	parts, err := p.Watermark(eventtime.EndOfTime)
 	if err != nil || len(parts) != 1 {
 		t.Fatalf("end of time: %d partials, %v; want the buffered one", len(parts), err)
 	}
@@ -387,8 +388,8 @@ func TestEndOfTimeIsNotAWatermark(t *testing.T) {
 	// A checkpoint an older version took after the end of time (floors of
 	// +inf) restores as no floor, not as a floor that rejects everything.
 	legacy, _ := New(Options{}, NewMemDedup(), 0, 128)
-	legacy.Restore([]int64{EndOfTime, EndOfTime})
-	if legacy.Floor() != NoWatermark {
+	legacy.Restore([]int64{eventtime.EndOfTime, eventtime.EndOfTime})
+	if legacy.Floor() != eventtime.NoWatermark {
 		t.Fatalf("floor from +inf floors = %d, want none", legacy.Floor())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"hash/maphash"
 	"slices"
 	"strings"
@@ -114,7 +115,7 @@ func (r *runner) ad(ad string) int32 {
 // impression) can lie: their event times are within horizon + allowance +
 // 1 ms of the impression.
 func (r *runner) span() int64 {
-	return (r.o.Judge.HorizonMs + *r.o.Judge.AllowanceMs + 1 + HourMs - 1) / HourMs
+	return (r.o.Judge.HorizonMs + *r.o.Judge.AllowanceMs + 1 + eventtime.HourMs - 1) / eventtime.HourMs
 }
 
 // scanHour calls fn with the rows of the hour's objects, a batch at a time,
@@ -184,7 +185,7 @@ func (r *runner) load(ctx context.Context, h int64, stream bool) (*partition, er
 				p.beyond++
 				continue
 			}
-			if c.EventMs-floorMod(c.EventMs, HourMs) != h {
+			if c.EventMs-floorMod(c.EventMs, eventtime.HourMs) != h {
 				p.misfiled++
 			}
 			all = append(all, cand{hash: r.hash(c.ClickID), id: c.ClickID, arrival: c.ArrivalMs, event: c.EventMs,
@@ -295,7 +296,7 @@ func (r *runner) hour(ctx context.Context, h int64) (HourResult, error) {
 	o := r.o
 	span := r.span()
 	for k := range r.cache {
-		if k < h-span*HourMs {
+		if k < h-span*eventtime.HourMs {
 			delete(r.cache, k)
 		}
 	}
@@ -308,7 +309,7 @@ func (r *runner) hour(ctx context.Context, h int64) (HourResult, error) {
 		if d == 0 {
 			continue
 		}
-		p, err := r.load(ctx, h+d*HourMs, false)
+		p, err := r.load(ctx, h+d*eventtime.HourMs, false)
 		if err != nil {
 			return HourResult{}, err
 		}
@@ -349,7 +350,7 @@ func (r *runner) hour(ctx context.Context, h int64) (HourResult, error) {
 				w = &nb[k]
 			}
 		}
-		if w.event-floorMod(w.event, HourMs) != h {
+		if w.event-floorMod(w.event, eventtime.HourMs) != h {
 			res.Rejected["duplicate"]++ // its earliest copy is counted in another hour
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"strconv"
 	"strings"
 	"time"
@@ -95,7 +96,7 @@ func (f *Finalizer) Step(ctx context.Context) ([]int64, error) {
 			}
 			f.next = v
 		case errors.Is(err, ErrNotFound):
-			f.next = f.o.FromMs - floorMod(f.o.FromMs, HourMs)
+			f.next = f.o.FromMs - floorMod(f.o.FromMs, eventtime.HourMs)
 		default:
 			return nil, fmt.Errorf("recount: finalizer: %w", err)
 		}
@@ -128,7 +129,7 @@ func (f *Finalizer) Step(ctx context.Context) ([]int64, error) {
 		if err != nil {
 			o.Logger.Warn("finalizer: a newer generation already finalised the hour", "hour", FormatHour(h), "gen", o.Gen)
 		}
-		f.next = h + HourMs
+		f.next = h + eventtime.HourMs
 		if err := o.Store.Put(ctx, f.progressKey(), []byte(strconv.FormatInt(f.next, 10))); err != nil {
 			return done, fmt.Errorf("recount: finalizer: save progress: %w", err)
 		}

@@ -2,6 +2,7 @@ package recount
 
 import (
 	"context"
+	"github.com/adclick/adclick/eventtime"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -16,18 +17,18 @@ func TestFinalizerFinalisesReadyHoursInOrderRateLimited(t *testing.T) {
 	st := newMemStore()
 	rows := sinktest.NewMemRows()
 	for i := int64(0); i < 3; i++ {
-		h := h10 + i*HourMs
+		h := h10 + i*eventtime.HourMs
 		writeLake(t, st, 1+i, rec("counted", "x"+FormatHour(h), "ad1", h+1000, h+1000, h+2000, 10+i))
 	}
 	var wm atomic.Int64
-	wm.Store(ReadyAt(h10+HourMs, 2*HourMs, 600_000)) // hours 10 and 11 ready
+	wm.Store(ReadyAt(h10+eventtime.HourMs, 2*eventtime.HourMs, 600_000)) // hours 10 and 11 ready
 	o := FinalizerOptions{Recount: Options{Store: st, Rows: rows, Gen: 2, NowMs: 9,
 		Watermark: func(context.Context) (int64, error) { return wm.Load(), nil }}, HoursPerRound: 1}
 	f, err := NewFinalizer(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range [][]int64{{h10}, {h10 + HourMs}, nil} {
+	for i, want := range [][]int64{{h10}, {h10 + eventtime.HourMs}, nil} {
 		got, err := f.Step(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -40,16 +41,16 @@ func TestFinalizerFinalisesReadyHoursInOrderRateLimited(t *testing.T) {
 		t.Errorf("finals %v, want hours 10 and 11", got)
 	}
 	// A new finaliser (a restarted job) goes on from the saved progress.
-	wm.Store(ReadyAt(h10+2*HourMs, 2*HourMs, 600_000))
+	wm.Store(ReadyAt(h10+2*eventtime.HourMs, 2*eventtime.HourMs, 600_000))
 	f2, err := NewFinalizer(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, err := f2.Step(ctx)
-	if err != nil || !slices.Equal(got, []int64{h10 + 2*HourMs}) {
+	if err != nil || !slices.Equal(got, []int64{h10 + 2*eventtime.HourMs}) {
 		t.Errorf("restarted: finalised %v, %v; want [hour 12]", got, err)
 	}
-	it, _, _ := rows.Get(ctx, sink.Key{Entity: "ad1", Bucket: sink.HourBucket(h10 + 2*HourMs)})
+	it, _, _ := rows.Get(ctx, sink.Key{Entity: "ad1", Bucket: sink.HourBucket(h10 + 2*eventtime.HourMs)})
 	if it.Final.Valid != 1 || it.Final.SpendMicros != 12 || it.Final.Gen != 2 {
 		t.Errorf("hour 12 final %+v, want 1 click, spend 12, gen 2", it.Final)
 	}

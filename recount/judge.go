@@ -1,6 +1,9 @@
 package recount
 
-import "github.com/adclick/adclick/ingest"
+import (
+	"github.com/adclick/adclick/eventtime"
+	"github.com/adclick/adclick/ingest"
+)
 
 // Judge is the batch's decision about one lake row, made with the stream's
 // own validation code and a deterministic stand-in for its watermark.
@@ -34,7 +37,7 @@ type Judge struct {
 
 func (j *Judge) ensureDefaults() {
 	if j.HorizonMs <= 0 {
-		j.HorizonMs = 2 * HourMs
+		j.HorizonMs = 2 * eventtime.HourMs
 	}
 	if j.AllowanceMs == nil || *j.AllowanceMs < 0 {
 		j.AllowanceMs = new(int64(5_000))

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"io"
 	"slices"
 	"strconv"
@@ -16,9 +17,6 @@ import (
 
 	"github.com/adclick/adclick/latepath"
 )
-
-// HourMs is one hour in ms.
-const HourMs = 3_600_000
 
 // Row is one row of the lake: a latepath.Record with its event hour and
 // checkpoint epoch. Its struct tags are the Parquet schema (see SchemaDoc);
@@ -91,7 +89,7 @@ func PartitionHour(r *latepath.Record) int64 {
 	if t <= 0 || t > maxHourMs {
 		return 0
 	}
-	return t - t%HourMs
+	return t - t%eventtime.HourMs
 }
 
 // HourPrefix returns the key prefix of the hour starting at hourMs,

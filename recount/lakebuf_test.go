@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"strconv"
 	"testing"
 
@@ -35,12 +36,12 @@ func TestWriterReusesBuffersAcrossHours(t *testing.T) {
 		for i := 0; i < 23; i++ {
 			// Epoch e writes mostly hour e, some of hour e-1 and a few of
 			// a far hour, interleaved.
-			h := h0 + epoch*HourMs
+			h := h0 + epoch*eventtime.HourMs
 			switch {
 			case i%5 == 1:
-				h -= HourMs
+				h -= eventtime.HourMs
 			case i%11 == 3:
-				h += 40 * HourMs
+				h += 40 * eventtime.HourMs
 			}
 			id := "c" + strconv.Itoa(n)
 			ad := fmt.Sprintf("ad_%d", n%3)
@@ -72,7 +73,7 @@ func TestWriterReusesBuffersAcrossHours(t *testing.T) {
 			if !ok {
 				return fmt.Errorf("unexpected click %q", r.ClickID)
 			}
-			if r.EventHourMs != h || wt.hour-wt.hour%HourMs != h || r.Epoch != wt.epoch || r.SpendMicros != wt.spend || r.AdID != wt.ad {
+			if r.EventHourMs != h || wt.hour-wt.hour%eventtime.HourMs != h || r.Epoch != wt.epoch || r.SpendMicros != wt.spend || r.AdID != wt.ad {
 				return fmt.Errorf("click %s: got hour %d epoch %d spend %d ad %q, want hour %d epoch %d spend %d ad %q",
 					r.ClickID, r.EventHourMs, r.Epoch, r.SpendMicros, r.AdID, wt.hour, wt.epoch, wt.spend, wt.ad)
 			}

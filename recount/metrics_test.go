@@ -2,6 +2,7 @@ package recount
 
 import (
 	"context"
+	"github.com/adclick/adclick/eventtime"
 	"strings"
 	"testing"
 
@@ -61,7 +62,7 @@ func TestMetricsRegisteredWithRegisterer(t *testing.T) {
 	writeLake(t, st, 1, rec("counted", "c1", "ad1", h10+1000, h10+1000, h10+2000, 10),
 		rec("counted", "c2", "ad1", h10+3000, h10+3000, h10+4000, 20))
 	reg := prometheus.NewPedanticRegistry()
-	wm := ReadyAt(h10, 2*HourMs, 600_000)
+	wm := ReadyAt(h10, 2*eventtime.HourMs, 600_000)
 	o := Options{Store: st, Rows: rows, Gen: 1, NowMs: 9, Registerer: reg,
 		Watermark: func(context.Context) (int64, error) { return wm, nil }}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"log/slog"
 	"slices"
 	"time"
@@ -106,7 +107,7 @@ func (o *Options) validate() error {
 		errs = append(errs, errors.New("a job watermark is required unless forced"))
 	}
 	for _, h := range o.Hours {
-		if h%HourMs != 0 {
+		if h%eventtime.HourMs != 0 {
 			errs = append(errs, fmt.Errorf("hour %d ms is not the start of an hour", h))
 		}
 	}
@@ -121,7 +122,7 @@ func (o *Options) validate() error {
 // the batch accepts arrived before hour end + horizon + allowance + 1 ms, and
 // once the watermark has passed that every shard has been read past it.
 func ReadyAt(hourMs, horizonMs, marginMs int64) int64 {
-	return hourMs + HourMs + horizonMs + marginMs
+	return hourMs + eventtime.HourMs + horizonMs + marginMs
 }
 
 // NotFinalError is the refusal of an hour that is not final yet.

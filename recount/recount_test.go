@@ -3,6 +3,7 @@ package recount
 import (
 	"context"
 	"errors"
+	"github.com/adclick/adclick/eventtime"
 	"slices"
 	"strings"
 	"testing"
@@ -88,7 +89,7 @@ func TestDuplicatesHorizonAndReconciliation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(ctx, Options{Store: st, Rows: rows, Hours: []int64{h10, h10 + HourMs}, Gen: 1, NowMs: 7, Watermark: forever, MaxLoggedIDs: 5})
+	res, err := Run(ctx, Options{Store: st, Rows: rows, Hours: []int64{h10, h10 + eventtime.HourMs}, Gen: 1, NowMs: 7, Watermark: forever, MaxLoggedIDs: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestDuplicatesHorizonAndReconciliation(t *testing.T) {
 		t.Errorf("ad2: got %+v, want %+v", a2, want)
 	}
 	for _, r := range res {
-		if r.HourMs == h10+HourMs && len(r.Ads) != 0 {
+		if r.HourMs == h10+eventtime.HourMs && len(r.Ads) != 0 {
 			t.Errorf("hour 11: got ads %+v, want none (c2's copy there is a duplicate)", r.Ads)
 		}
 	}
@@ -157,7 +158,7 @@ func TestNotFinalRefusedUnlessForced(t *testing.T) {
 	st := newMemStore()
 	rows := sinktest.NewMemRows()
 	writeLake(t, st, 1, rec("counted", "x1", "ad1", h10+1000, h10+1000, h10+2000, 10))
-	ready := h10 + HourMs + 2*HourMs + 600_000
+	ready := h10 + eventtime.HourMs + 2*eventtime.HourMs + 600_000
 	wm := func(context.Context) (int64, error) { return ready - 1, nil }
 	res, err := Run(ctx, Options{Store: st, Rows: rows, Hours: []int64{h10}, Gen: 1, Watermark: wm})
 	var nf *NotFinalError

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -109,7 +110,7 @@ func TestFlushRetryAfterObjectFailure(t *testing.T) {
 	}
 	const h0 = 1_795_946_400_000
 	for i := range 10 {
-		h := h0 + int64(i%2)*HourMs
+		h := h0 + int64(i%2)*eventtime.HourMs
 		w.Add(&latepath.Record{Verdict: latepath.VerdictCounted, ClickID: fmt.Sprint("c", i), AdID: "a", CampaignID: "k", DeviceID: "d",
 			ImpressionMs: h, DeviceMs: h, EventMs: h, ArrivalMs: h, SpendMicros: 1, Shard: "S1"})
 	}

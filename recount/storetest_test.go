@@ -3,6 +3,7 @@ package recount
 import (
 	"context"
 	"errors"
+	"github.com/adclick/adclick/eventtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -146,8 +147,8 @@ func TestParseHourAndKeys(t *testing.T) {
 		r    latepath.Record
 		want int64
 	}{
-		{latepath.Record{Verdict: "counted", EventMs: h10 + 5, ArrivalMs: h10 + HourMs + 5}, h10},
-		{latepath.Record{Verdict: "invalid:negative_spend", EventMs: 0, ArrivalMs: h10 + HourMs + 5}, h10 + HourMs},
+		{latepath.Record{Verdict: "counted", EventMs: h10 + 5, ArrivalMs: h10 + eventtime.HourMs + 5}, h10},
+		{latepath.Record{Verdict: "invalid:negative_spend", EventMs: 0, ArrivalMs: h10 + eventtime.HourMs + 5}, h10 + eventtime.HourMs},
 		{latepath.Record{Verdict: "invalid:arrival_not_positive", ArrivalMs: -3}, 0},
 	} {
 		if got := PartitionHour(&tc.r); got != tc.want {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/adclick/adclick/eventtime"
 	"testing"
 	"time"
 
@@ -93,7 +94,7 @@ func simulateStream(t testing.TB, st Store, lines [][]byte, epochLen int, firstE
 			if err != nil {
 				t.Fatal(err)
 			}
-			k := sink.Key{Entity: c.AdID, Bucket: sink.HourBucket(c.EventMs - floorMod(c.EventMs, HourMs))}
+			k := sink.Key{Entity: c.AdID, Bucket: sink.HourBucket(c.EventMs - floorMod(c.EventMs, eventtime.HourMs))}
 			switch v {
 			case preagg.Counted:
 				res.fast[k] = [2]int64{res.fast[k][0] + 1, res.fast[k][1] + c.SpendMicros}

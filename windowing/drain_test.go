@@ -1,6 +1,7 @@
 package windowing
 
 import (
+	"github.com/adclick/adclick/eventtime"
 	"slices"
 	"testing"
 )
@@ -67,7 +68,7 @@ func TestMinutesDrain(t *testing.T) {
 	}
 	// Once the watermark passes a drained minute it is forgotten, and once
 	// it passes the hour, the ad is gone.
-	collect(r, h0+HourMs-1)
+	collect(r, h0+eventtime.HourMs-1)
 	if r.nDrained != 0 || len(r.ads) != 0 {
 		t.Fatalf("after the hour: %d drained, %d ads; want none", r.nDrained, len(r.ads))
 	}

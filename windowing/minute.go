@@ -5,16 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"math"
 	"slices"
 	"strings"
 )
-
-// NoWatermark is the watermark before any has been received.
-const NoWatermark = math.MinInt64
-
-// HourMs is one hour in milliseconds.
-const HourMs = 3_600_000
 
 // Row is an output row of the window operator: a closed minute, or the hour
 // roll-up of an ad (the sum of that hour's closed minutes so far).
@@ -128,12 +123,12 @@ type Minutes struct {
 // NewMinutes returns a window operator with windows of windowMs (which must
 // divide an hour).
 func NewMinutes(windowMs int64) (*Minutes, error) {
-	if windowMs <= 0 || HourMs%windowMs != 0 {
+	if windowMs <= 0 || eventtime.HourMs%windowMs != 0 {
 		return nil, fmt.Errorf("windowing: window %d ms must be positive and divide an hour", windowMs)
 	}
 	return &Minutes{
 		windowMs: windowMs,
-		wm:       NoWatermark,
+		wm:       eventtime.NoWatermark,
 		ads:      make(map[string]*adState),
 		open:     make(map[int64][]*adState),
 	}, nil
@@ -198,7 +193,7 @@ func (m *Minutes) markDirty(a *adState) {
 //
 // A window that Drain fired is closed too, until the watermark passes it.
 func (m *Minutes) Add(ad string, windowStart, count, spend int64) bool {
-	if m.wm != NoWatermark && windowStart+m.windowMs-1 <= m.wm {
+	if eventtime.Closed(windowStart, m.windowMs, m.wm) {
 		m.stats.ClosedPartials++
 		return false
 	}
@@ -253,15 +248,15 @@ func (m *Minutes) Advance(wm int64, emit func(Row)) {
 	}
 	m.wm = wm
 	m.fire(wm, false, emit)
-	if m.nDrained > 0 && m.oldestDrained+m.windowMs-1 <= wm {
+	if m.nDrained > 0 && eventtime.Closed(m.oldestDrained, m.windowMs, wm) {
 		m.expireDrained(wm)
 	}
-	if !m.oldestOK || m.oldestHour+HourMs-1 > wm {
+	if !m.oldestOK || !eventtime.Closed(m.oldestHour, eventtime.HourMs, wm) {
 		return
 	}
 	m.oldestOK = false
 	for ad, a := range m.ads {
-		a.hours = slices.DeleteFunc(a.hours, func(h hourSlot) bool { return h.nOpen == 0 && h.start+HourMs-1 <= wm })
+		a.hours = slices.DeleteFunc(a.hours, func(h hourSlot) bool { return h.nOpen == 0 && eventtime.Closed(h.start, eventtime.HourMs, wm) })
 		for i := range a.hours {
 			m.noteHour(a.hours[i].start)
 		}
@@ -291,7 +286,7 @@ func (m *Minutes) expireDrained(wm int64) {
 		if len(a.drained) == 0 {
 			continue
 		}
-		a.drained = slices.DeleteFunc(a.drained, func(s int64) bool { return s+m.windowMs-1 <= wm })
+		a.drained = slices.DeleteFunc(a.drained, func(s int64) bool { return eventtime.Closed(s, m.windowMs, wm) })
 		for _, s := range a.drained {
 			m.noteDrained(s)
 		}
@@ -314,7 +309,7 @@ func (m *Minutes) noteDrained(start int64) {
 func (m *Minutes) fire(limit int64, drain bool, emit func(Row)) {
 	m.advances++
 	var touched []hourRef
-	for len(m.starts) > 0 && m.starts[0]+m.windowMs-1 <= limit {
+	for len(m.starts) > 0 && eventtime.Closed(m.starts[0], m.windowMs, limit) {
 		start := m.starts[0]
 		m.starts = m.starts[1:]
 		list := m.open[start]
@@ -566,11 +561,11 @@ func (r *reader) uvarint() uint64 {
 }
 
 func hourStart(t int64) int64 {
-	q := t / HourMs
-	if t%HourMs != 0 && t < 0 {
+	q := t / eventtime.HourMs
+	if t%eventtime.HourMs != 0 && t < 0 {
 		q--
 	}
-	return q * HourMs
+	return q * eventtime.HourMs
 }
 
 // HourStart returns the start of the hour holding t (Unix ms).

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"math/rand"
 	"slices"
 	"strings"
@@ -91,22 +92,22 @@ func TestMinutesHourRollUp(t *testing.T) {
 // after a restore.
 func TestMinutesForgetHours(t *testing.T) {
 	m := newMinutes(t)
-	m.Add("a", h0+3*HourMs, 1, 1)
+	m.Add("a", h0+3*eventtime.HourMs, 1, 1)
 	collect(m, h0+mn)         // nothing complete yet
 	m.Add("b", h0+2*mn, 1, 1) // an older hour than any held
-	collect(m, h0+HourMs)
+	collect(m, h0+eventtime.HourMs)
 	if m.HasTotal("b", h0, true) {
 		t.Fatal("hour of b kept after it completed")
 	}
-	if !m.HasTotal("a", h0+3*HourMs, true) {
+	if !m.HasTotal("a", h0+3*eventtime.HourMs, true) {
 		t.Fatal("open hour of a dropped")
 	}
 	r := newMinutes(t)
 	if err := m.Snapshot(func(_ int, d []byte) error { return r.Restore(d) }); err != nil {
 		t.Fatal(err)
 	}
-	collect(r, h0+4*HourMs)
-	if r.HasTotal("a", h0+3*HourMs, true) {
+	collect(r, h0+4*eventtime.HourMs)
+	if r.HasTotal("a", h0+3*eventtime.HourMs, true) {
 		t.Fatal("restored hour of a kept after it completed")
 	}
 }
@@ -286,13 +287,13 @@ func TestMinutesEarlyMatchesModel(t *testing.T) {
 	openMin := map[key]int64{} // open minutes: running count
 	hours := map[key]int64{}   // hours with an open minute or not yet complete
 	changed := map[key]bool{}
-	wm := int64(NoWatermark)
+	wm := int64(eventtime.NoWatermark)
 	for step := 0; step < 20_000; step++ {
 		switch x := r.Intn(100); {
 		case x < 90:
 			ad := fmt.Sprintf("ad_%d", r.Intn(40))
 			start := h0 + int64(r.Intn(150))*mn
-			if wm != NoWatermark && start+mn-1 <= wm {
+			if wm != eventtime.NoWatermark && start+mn-1 <= wm {
 				continue
 			}
 			c := int64(1 + r.Intn(3))
@@ -304,7 +305,7 @@ func TestMinutesEarlyMatchesModel(t *testing.T) {
 			hours[hk] += c
 			changed[mk], changed[hk] = true, true
 		case x < 97:
-			if wm == NoWatermark {
+			if wm == eventtime.NoWatermark {
 				wm = h0
 			}
 			wm += int64(r.Intn(3)) * mn / 2
@@ -321,7 +322,7 @@ func TestMinutesEarlyMatchesModel(t *testing.T) {
 						open = true
 					}
 				}
-				if !open && k.start+HourMs-1 <= wm {
+				if !open && k.start+eventtime.HourMs-1 <= wm {
 					delete(hours, k)
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/adclick/adclick/eventtime"
 	"log/slog"
 	"math"
 	"net/http/httptest"
@@ -13,7 +14,6 @@ import (
 	"github.com/adclick/adclick/api"
 	"github.com/adclick/adclick/clock"
 	"github.com/adclick/adclick/ingest"
-	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/runtime"
 	"github.com/adclick/adclick/sink/sinktest"
 )
@@ -118,7 +118,7 @@ func TestStatusAllIdleHint(t *testing.T) {
 // A job before its first watermark and checkpoint prints "none yet", not
 // zero times.
 func TestStatusForPeopleFreshJob(t *testing.T) {
-	url := statusServer(t, runtime.Status{JobGen: 1, Parallelism: 2, Source: "gen", WatermarkMs: preagg.NoWatermark, WatermarkLagMs: math.MaxInt64, ProcessingMs: 1_795_947_307_200})
+	url := statusServer(t, runtime.Status{JobGen: 1, Parallelism: 2, Source: "gen", WatermarkMs: eventtime.NoWatermark, WatermarkLagMs: math.MaxInt64, ProcessingMs: 1_795_947_307_200})
 	var out bytes.Buffer
 	if err := cmdStatus(context.Background(), []string{"--api", url}, &out, &out); err != nil {
 		t.Fatal(err)

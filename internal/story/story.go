@@ -3,6 +3,7 @@ package story
 import (
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"maps"
 	"math"
 	"slices"
@@ -224,9 +225,9 @@ func (s *Story) build(par int, epoch int64, ck *Checkpoint) error {
 			return fmt.Errorf("story: %w", err)
 		}
 		w := &winSub{idx: i, minutes: m, late: latepath.New(o.HorizonMs), wms: make([]int64, par),
-			procs: make([]int64, par), wm: windowing.NoWatermark, epoch: epoch}
+			procs: make([]int64, par), wm: eventtime.NoWatermark, epoch: epoch}
 		for k := range w.wms {
-			w.wms[k] = windowing.NoWatermark
+			w.wms[k] = eventtime.NoWatermark
 		}
 		s.wins = append(s.wins, w)
 	}
@@ -274,7 +275,7 @@ func (s *Story) start(procMs int64) {
 	s.started = true
 	s.procMs = procMs
 	iv := s.o.WatermarkIntervalMs
-	s.nextTick = floorDiv(procMs, iv)*iv + iv
+	s.nextTick = eventtime.FloorDiv(procMs, iv)*iv + iv
 }
 
 var errCrashed = errors.New("story: the job has crashed; restore a checkpoint first")
@@ -457,7 +458,7 @@ func (s *Story) winWatermark(w *winSub, from int, wm, t int64) {
 	}
 	if m := minOf(w.wms); m > w.wm {
 		w.wm = m
-		if m == preagg.EndOfTime { // as the runtime does
+		if m == eventtime.EndOfTime { // as the runtime does
 			w.minutes.Drain(func(r windowing.Row) { s.emitRow(w, r) })
 		} else {
 			w.minutes.Advance(m, func(r windowing.Row) { s.emitRow(w, r) })
@@ -620,7 +621,7 @@ func (s *Story) Restore(id, procMs int64, ro RestoreOptions) error {
 	s.restored = id
 	s.position = ck.Position
 	s.sink.flush(id, s.lateState, s.totalsState)
-	floor := int64(preagg.NoWatermark)
+	floor := int64(eventtime.NoWatermark)
 	if !ro.NoFloor {
 		floor = ck.Floor()
 	}
@@ -684,12 +685,4 @@ func minOf(v []int64) int64 {
 		m = min(m, x)
 	}
 	return m
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
 }
