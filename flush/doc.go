@@ -45,6 +45,11 @@
 // restartable: if the process dies part way, running them again from the
 // start gives the same result as one clean run.
 //
+// Full reports its progress (Progress: tag-index queries done of all,
+// items examined, removed and rewritten) to Options.Progress, synchronously
+// between its store calls, and logs it at most every 10 s on its clock, so
+// that a long flush after a restore is visible on a terminal and in a log.
+//
 // Neither driver starts goroutines; both are safe to call concurrently only
 // on disjoint stores (two flushes over the same table are not coordinated).
 package flush

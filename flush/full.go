@@ -109,7 +109,9 @@ var writers = [...]sink.Writer{sink.Fast, sink.Late}
 //
 // Reads cost one query per (epoch, shard, writer) plus the items written
 // since c; the rest of the table is never read. st must not be nil; ts must
-// not be nil when totals is not. Full logs one line with its Report.
+// not be nil when totals is not. Full logs one line with its Report, and
+// while it runs a progress line at most every 10 s on o.Clock (a flush
+// shorter than that logs none); o.Progress, if set, follows it closely.
 func Full(ctx context.Context, rows sink.Rows, totals sink.Totals, st State, ts TotalsState, o Options) (Report, error) {
 	o.EnsureDefaults()
 	if err := o.Validate(); err != nil {
@@ -125,11 +127,15 @@ func Full(ctx context.Context, rows sink.Rows, totals sink.Totals, st State, ts 
 	}
 	l := o.limits()
 	r := newRunner(rows, &l, "flush", newMetrics(o.Registerer))
+	r.prog = progress{fn: o.Progress, logger: o.Logger, lastLog: r.start, queriesTotal: queriesOf(o.Restored, o.High)}
 	f := &fullRun{runner: r, c: o.Restored, gen: o.Gen, st: st}
+	r.setPhase(PhaseRows)
 	err := r.eachIndexed(ctx, o.Restored, o.High, f.item)
 	if err == nil && totals != nil {
+		r.setPhase(PhaseTotals)
 		err = f.totals(ctx, totals, ts, o.High)
 	}
+	r.setPhase(PhaseDone)
 	rep := r.finish(o.High - o.Restored + 1)
 	r.m.observe("flush", rep, err)
 	attrs := []any{"restored", o.Restored, "high", o.High, "gen", o.Gen, "report", rep}
@@ -230,6 +236,7 @@ func (f *fullRun) totals(ctx context.Context, totals sink.Totals, ts TotalsState
 		}
 		f.rep.TotalsRewritten += len(batch)
 		batch = batch[:0]
+		f.report()
 		return nil
 	}
 	err := ts.Totals(func(t sink.Total) error {
@@ -274,6 +281,7 @@ func (f *fullRun) totals(ctx context.Context, totals sink.Totals, ts TotalsState
 		}
 		f.rep.TotalsDeleted += n
 		keys = keys[n:]
+		f.report()
 	}
 	if high > f.c {
 		if err := totals.ForgetEpochs(ctx, f.c+1, high+1); err != nil {
@@ -309,6 +317,7 @@ type runner struct {
 	m     *metrics
 	start time.Time
 	rep   Report
+	prog  progress
 }
 
 // newRunner returns the runner of one run of kind with defaulted limits l.
@@ -349,11 +358,16 @@ func (r *runner) eachIndexed(ctx context.Context, from, to int64, fn func(contex
 					return fmt.Errorf("flush: query %s index %s: %w", w, ix, err)
 				}
 				r.rep.ItemsScanned += len(items)
-				for _, it := range items {
+				for i, it := range items {
+					if i > 0 && i%progressEvery == 0 {
+						r.report()
+					}
 					if err := fn(ctx, it, w); err != nil {
 						return err
 					}
 				}
+				r.prog.queries++
+				r.report()
 			}
 		}
 	}

@@ -63,6 +63,15 @@ type Options struct {
 	// retries; each line counts the retries since the previous one.
 	// Default DefaultRetryLogEvery (10 s).
 	RetryLogEvery time.Duration
+	// Progress, if not nil, is called with the run's progress: once as it
+	// starts, after every tag-index query, every 256 items of a query's
+	// results, at the start of the totals phase and after every batch of
+	// totals, and a last time with PhaseDone when the run ends, whether it
+	// succeeded or not. The counts never go down. It is called on Full's
+	// goroutine, between the run's store calls, so it must be quick and must
+	// not call Full. Independently of it, a run that lasts logs an Info line
+	// "flush progress" at most every 10 s (on Clock).
+	Progress func(Progress)
 }
 
 // SweepOptions configures Sweep. The zero value of each optional field

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"log/slog"
 	"math"
 	"runtime"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/clock"
+	"github.com/adclick/adclick/flush"
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/recount"
@@ -92,6 +94,12 @@ type Config struct {
 	// running-total store holds exactly the totals restored state implies
 	// (tests; it reads every total state holds).
 	VerifyFlush bool
+	// FlushProgress, if not nil, receives the progress of the full flush
+	// Open runs after a restore (flush.Options.Progress: called on Open's
+	// goroutine, last with flush.PhaseDone), for a progress display.
+	// Whether it is set or not, a long flush logs a progress line at most
+	// every 10 s on Logger.
+	FlushProgress func(flush.Progress)
 	// FailAfterRecords > 0 calls Crash after that many records (tests).
 	FailAfterRecords int64
 	// Crash is called by FailAfterRecords; default: panic. The CLI exits
@@ -234,7 +242,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %d ms must be positive", v.name, v.v))
 		}
 	}
-	if c.WindowMs > 0 && windowing.HourMs%c.WindowMs != 0 {
+	if c.WindowMs > 0 && eventtime.HourMs%c.WindowMs != 0 {
 		errs = append(errs, fmt.Errorf("window %d ms must divide an hour", c.WindowMs))
 	}
 	if c.GuardMs < c.HorizonMs {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"io"
 	"math"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/latepath"
-	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/windowing"
 )
@@ -209,7 +209,7 @@ func (d *driver) consume(ctx context.Context, r record, virtual bool) error {
 			// 9999) must not switch the dedup guard on for every later
 			// line, nor make the tick loop run for ever. A real gap in the
 			// file is caught up over the following lines.
-			if err := d.advance(ctx, min(c.ArrivalMs, satAdd(d.procMs, maxVirtualStepMs))); err != nil {
+			if err := d.advance(ctx, min(c.ArrivalMs, eventtime.SatAdd(d.procMs, maxVirtualStepMs))); err != nil {
 				return err
 			}
 		}
@@ -344,13 +344,6 @@ func (d *driver) tick(ctx context.Context, t int64) error {
 // GuardMs − HorizonMs, a day by default), and a bounded number of ticks.
 const maxVirtualStepMs = 10 * 60_000
 
-func satAdd(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
-}
-
 // checkpointFailed handles a failed periodic checkpoint: it is retried
 // after a backoff (1 s, doubling up to 10 s of processing time) while the
 // graph runs on, until failures have lasted the checkpoint timeout; then
@@ -441,7 +434,7 @@ func (d *driver) control(ctx context.Context, r ctlReq) error {
 func (d *driver) publish(t, wm int64) {
 	d.j.m.watermark.Set(unixSeconds(wm))
 	lag := ingest.Lag(t, wm)
-	if wm != preagg.NoWatermark {
+	if wm != eventtime.NoWatermark {
 		d.j.m.watermarkLag.Set(float64(lag) / 1000)
 	}
 	for _, sh := range d.wms.Shards() {
@@ -700,7 +693,7 @@ func (d *driver) forgetEpochs(ctx context.Context) {
 // unixSeconds returns a watermark (Unix ms) as Prometheus wants times: in
 // seconds; NoWatermark as 0.
 func unixSeconds(ms int64) float64 {
-	if ms == preagg.NoWatermark {
+	if ms == eventtime.NoWatermark {
 		return 0
 	}
 	return float64(ms) / 1000

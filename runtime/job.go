@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -233,7 +234,7 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	if wrote || found {
 		r, err := flush.Full(ctx, j.rows, j.totals, flushState{j}, flushTotals{j}, flush.Options{
 			Restored: j.c, High: flushHigh, Gen: cfg.JobGen, WritesPerSec: cfg.FlushWritesPerSec,
-			Registerer: cfg.Registerer, Logger: j.log,
+			Registerer: cfg.Registerer, Logger: j.log, Progress: cfg.FlushProgress,
 		})
 		if err != nil {
 			j.Close()
@@ -282,7 +283,7 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 			"lake_objects_removed", removed, "duration", d.Round(time.Millisecond))
 	}
 	j.status = Status{JobGen: cfg.JobGen, Parallelism: cfg.Parallelism, Source: cfg.Source, Restored: j.c,
-		WatermarkMs: preagg.NoWatermark, Flush: rep}
+		WatermarkMs: eventtime.NoWatermark, Flush: rep}
 	if found {
 		mc := meta
 		j.status.LastCheckpoint = &mc
@@ -305,12 +306,12 @@ func (j *Job) build() error {
 			return err
 		}
 		w := &winSub{idx: i, minutes: mins, late: latepath.New(j.cfg.HorizonMs), in: wins[i], acks: j.acks,
-			inputs: p, wms: make([]int64, p), procs: make([]int64, p), wm: preagg.NoWatermark,
+			inputs: p, wms: make([]int64, p), procs: make([]int64, p), wm: eventtime.NoWatermark,
 			epoch: j.c, restored: j.c, gen: j.cfg.JobGen, earlyMs: j.cfg.EarlyFiringMs,
 			outage: time.Duration(j.cfg.SinkOutageMs) * time.Millisecond,
 			rows:   j.rows, totals: j.totals, totalsOK: true, m: j.m, log: j.log, freeParts: freeParts}
 		for k := range w.wms {
-			w.wms[k] = preagg.NoWatermark
+			w.wms[k] = eventtime.NoWatermark
 		}
 		j.wins = append(j.wins, w)
 	}
@@ -588,7 +589,7 @@ func (j *Job) Run(ctx context.Context) error {
 				if c := j.status.LastCheckpoint; c != nil {
 					return c.Watermark, nil
 				}
-				return preagg.NoWatermark, nil
+				return eventtime.NoWatermark, nil
 			},
 		}})
 		if err != nil {

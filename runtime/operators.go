@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"log/slog"
 	"math"
 	"slices"
@@ -417,7 +418,7 @@ func (w *winSub) handle(ctx context.Context, msg toWin) (bool, error) {
 		}
 		if m := minOf(w.wms); m > w.wm {
 			w.wm = m
-			if m == preagg.EndOfTime {
+			if m == eventtime.EndOfTime {
 				// The end of input or a drained stop: every window fires,
 				// but state stays as the last real watermark left it, so
 				// a later start after more input finds it intact.

@@ -162,11 +162,11 @@ func (d *Dedup) enforceBudget(grown *partition) {
 				if !p.f.foldable() {
 					continue
 				}
-				// Densities within 1% are equal: a filter's capacity is
-				// rounded down from its size, so fresh filters of every size
-				// are a little over filterBitsPerKey, and a fresh one must
-				// not look denser than the full ones beside it (folding it
-				// would keep its density, and fold it again, down to nothing).
+				// Densities within 1% count as equal. Room a filter has not
+				// filled yet counts as density, so the room of a partition
+				// still filling is given back first (it costs no false
+				// positive until filled) and the partition is rebuilt
+				// larger again once it holds twice the ids (see foldedAt).
 				dens := p.f.density()
 				switch same := victim != nil && dens <= best*1.01 && dens >= best/1.01; {
 				case victim == nil, !same && dens > best,

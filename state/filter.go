@@ -67,10 +67,10 @@ func (f *blockBloom) fold() {
 	f.cap /= 2
 }
 
-// density returns the filter's bits per id: per id it holds, or per id it
-// was sized for while it holds fewer.
+// density returns the filter's bits per id it holds (room not yet used
+// counts as density: it is what folding gives back for free).
 func (f *blockBloom) density() float64 {
-	return float64(len(f.blocks)*512) / float64(max(f.n, f.cap, 1))
+	return float64(len(f.blocks)*512) / float64(max(f.n, 1))
 }
 
 func (f *blockBloom) block(h uint64) *[16]uint32 {

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/adclick/adclick/flush"
 )
 
 // progress is a progress bar on stderr for work a person waits for (gen,
@@ -33,9 +36,10 @@ func newProgress(w io.Writer, total int64, desc, unit string) *progress {
 	default:
 		opts = append(opts, progressbar.OptionShowCount(), progressbar.OptionSetItsString(unit), progressbar.OptionShowIts())
 	}
-	p := &progress{progressbar.NewOptions64(total, opts...)}
-	p.bar.Add64(0) // shown at once, not at the first unit
-	return p
+	// Rendered at once, not at the first unit: a spinner (total -1) is
+	// redrawn by the library only once it has been rendered.
+	opts = append(opts, progressbar.OptionSetRenderBlankState(true))
+	return &progress{progressbar.NewOptions64(total, opts...)}
 }
 
 // add counts n more units.
@@ -107,4 +111,80 @@ func withSpinner(name string, cmd func(context.Context, []string, io.Writer, io.
 		(<-shown).finish()
 		return err
 	}
+}
+
+// waitSpinner is a spinner on a terminal's stderr for a command that polls
+// until something is ready (setup: a table, an index, a stream), naming
+// what it waits for. It appears at the first wait and goes at done. A nil
+// *waitSpinner (stderr is not a terminal) shows nothing. Not safe for
+// concurrent use.
+type waitSpinner struct {
+	w io.Writer
+	p *progress
+}
+
+// newWaitSpinner returns a waitSpinner on w, or nil if w is not a terminal.
+func newWaitSpinner(w io.Writer) *waitSpinner {
+	if !isTerminal(w) {
+		return nil
+	}
+	return &waitSpinner{w: w}
+}
+
+// wait shows the spinner with what ("waiting for table ad_metrics (index
+// by_bucket_shard: CREATING)"), or changes its text.
+func (s *waitSpinner) wait(what string) {
+	switch {
+	case s == nil:
+	case s.p == nil:
+		s.p = newProgress(s.w, -1, what, "")
+	default:
+		s.p.describe(what)
+	}
+}
+
+// done removes the spinner; a later wait shows a new one.
+func (s *waitSpinner) done() {
+	if s != nil {
+		s.p.finish()
+		s.p = nil
+	}
+}
+
+// flushProgress returns a flush.Options.Progress callback (through
+// runtime.Config.FlushProgress) that draws the restore flush on w: a bar of
+// the tag-index queries done, the totals phase its last step, with the
+// counts so far. nil if w is not a terminal. The bar appears at the
+// flush's first report (a start without a flush draws none) and goes at
+// its last.
+func flushProgress(w io.Writer) func(flush.Progress) {
+	if !isTerminal(w) {
+		return nil
+	}
+	var p *progress
+	return func(fp flush.Progress) {
+		if fp.Phase == flush.PhaseDone {
+			p.finish()
+			p = nil
+			return
+		}
+		if p == nil {
+			p = newProgress(w, int64(fp.QueriesTotal)+1, flushDescription(fp), "")
+		}
+		p.describe(flushDescription(fp))
+		n := int64(fp.Queries)
+		if fp.Phase == flush.PhaseTotals {
+			n = int64(fp.QueriesTotal) // the last step stays open until done
+		}
+		p.set(n)
+	}
+}
+
+// flushDescription is the flush bar's text.
+func flushDescription(fp flush.Progress) string {
+	what := "rows"
+	if fp.Phase == flush.PhaseTotals {
+		what = "running totals"
+	}
+	return fmt.Sprintf("flush after restore (%s): %d items examined, %d removed, %d rewritten", what, fp.Examined, fp.Removed, fp.Rewritten)
 }

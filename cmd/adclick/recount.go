@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"io"
 	"log/slog"
 	"os"
@@ -426,11 +427,11 @@ func selectHours(ctx context.Context, f *recountFlags, store recount.Store, wmFn
 	if err != nil {
 		return nil, usageError{err}
 	}
-	if to < from || (to-from)/recount.HourMs > 24*366 {
+	if to < from || (to-from)/eventtime.HourMs > 24*366 {
 		return nil, usageError{fmt.Errorf("--from %s --to %s: want from <= to, at most a year apart", f.from, f.to)}
 	}
 	var hs []int64
-	for h := from; h <= to; h += recount.HourMs {
+	for h := from; h <= to; h += eventtime.HourMs {
 		hs = append(hs, h)
 	}
 	return hs, nil

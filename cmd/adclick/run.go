@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/adclick/adclick/eventtime"
 	"io"
 	"log/slog"
 	"net"
@@ -23,7 +24,6 @@ import (
 	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/lease"
-	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/runtime"
 )
 
@@ -191,6 +191,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 		}()
 	}
+	// On a terminal the restore flush draws a bar; elsewhere it logs a
+	// progress line every 10 s.
+	cfg.FlushProgress = flushProgress(stderr)
 	job, err := runtime.Open(ctx, cfg)
 	if err != nil {
 		return err
@@ -324,7 +327,7 @@ func printProgress(job *runtime.Job, every time.Duration, w io.Writer, done <-ch
 			rate := float64(s.Records-last) / now.Sub(lastT).Seconds()
 			last, lastT = s.Records, now
 			wm, lag := "none", "-"
-			if s.WatermarkMs != preagg.NoWatermark {
+			if s.WatermarkMs != eventtime.NoWatermark {
 				wm = time.UnixMilli(s.WatermarkMs).UTC().Format("15:04:05.000")
 				lag = (time.Duration(s.WatermarkLagMs) * time.Millisecond).Round(100 * time.Millisecond).String()
 			}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
+	kinesistypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/lease"
@@ -23,13 +25,13 @@ that a minute's burst of writes spreads over 32 partition keys), added to a
 table made before it (DynamoDB then builds it from the rows that carry
 bucket_shard; --backfill-bucket-shards sets it on older rows, a Scan of the
 table), and TTL on its expires_at attribute (rows expire after run's
---minute-retention-days and --hour-retention-days). An earlier index
-by_bucket is left as it is and reported: it is unused and should be deleted.
-Next to it the lease table (--lease-table, default TABLE-leases; key
+--minute-retention-days and --hour-retention-days). Next to it the lease table (--lease-table, default TABLE-leases; key
 lease_key, on-demand billing), which keeps two processes from running as the
 same job; with --stream STREAM a Kinesis stream of --shards shards; with
 --checkpoints s3://BUCKET/PREFIX the bucket. Any of them may be given in one
-call. Endpoints, region and credentials come from the AWS SDK's variables.`
+call. While it waits for a table, an index or the stream to become ACTIVE it
+shows what it waits for on a terminal's stderr. Endpoints, region and
+credentials come from the AWS SDK's variables.`
 
 func cmdSetup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("setup", setupSummary, stderr)
@@ -55,6 +57,8 @@ func cmdSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !isDynamo && *stream == "" && *bucket == "" && *leaseTable == "" {
 		return usageError{fmt.Errorf("nothing to set up: pass --sink dynamodb:TABLE, --lease-table TABLE, --stream STREAM and/or --checkpoints s3://BUCKET/PREFIX")}
 	}
+	spin := newWaitSpinner(stderr)
+	defer spin.done()
 	if *bucket != "" {
 		if err := ensureBucket(ctx, *bucket); err != nil {
 			return err
@@ -66,7 +70,9 @@ func cmdSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		if err := kinesis.EnsureStream(ctx, api, *stream, *shards); err != nil {
+		err = kinesis.EnsureStream(ctx, streamWaits{API: api, stream: *stream, spin: spin}, *stream, *shards)
+		spin.done()
+		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "stream %s ready\n", *stream)
@@ -76,7 +82,8 @@ func cmdSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		added, err := st.CreateTableAdded(ctx)
+		added, err := st.CreateTableAdded(ctx, func(pending string) { spin.wait(waitingFor("table", table, pending)) })
+		spin.done()
 		if err != nil {
 			return err
 		}
@@ -91,17 +98,11 @@ func cmdSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stdout, "table %s ready (indexes fast_ix, late_ix, %s)\n", table, dynamo.BucketIndex)
 			fmt.Fprintf(stderr, "adclick setup: TTL of table %s is %s: this endpoint does not support TTL, rows will not expire\n", table, status)
 		}
-		unused, err := st.UnusedIndexes(ctx)
-		if err != nil {
-			return err
-		}
-		for _, name := range unused {
-			fmt.Fprintf(stdout, "table %s: index %s is no longer used and can be deleted (it costs a write per row and throttles a minute's burst of writes): "+
-				"aws dynamodb update-table --table-name %s --global-secondary-index-updates '[{\"Delete\":{\"IndexName\":\"%s\"}}]'\n", table, name, table, name)
-		}
 		switch {
 		case *backfill:
+			spin.wait(fmt.Sprintf("table %s: setting %s on older rows (a Scan of the table)", table, dynamo.BucketShardAttribute))
 			n, err := st.BackfillBucketShards(ctx)
+			spin.done()
 			if err != nil {
 				return err
 			}
@@ -116,10 +117,52 @@ func cmdSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		if err := lease.CreateTable(ctx, dynamodb.NewFromConfig(cfg), *leaseTable); err != nil {
+		err = lease.CreateTable(ctx, leaseTableWaits{API: dynamodb.NewFromConfig(cfg), table: *leaseTable, spin: spin}, *leaseTable)
+		spin.done()
+		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "lease table %s ready\n", *leaseTable)
 	}
 	return nil
+}
+
+// waitingFor is the spinner's text while setup waits for a resource:
+// "waiting for table ad_metrics (index by_bucket_shard: CREATING)".
+func waitingFor(kind, name, pending string) string {
+	return fmt.Sprintf("waiting for %s %s (%s)", kind, name, pending)
+}
+
+// streamWaits is a Kinesis client that shows the stream's status on spin
+// while EnsureStream polls it.
+type streamWaits struct {
+	kinesis.API
+	stream string
+	spin   *waitSpinner
+}
+
+func (s streamWaits) DescribeStreamSummary(ctx context.Context, in *awskinesis.DescribeStreamSummaryInput, optFns ...func(*awskinesis.Options)) (*awskinesis.DescribeStreamSummaryOutput, error) {
+	out, err := s.API.DescribeStreamSummary(ctx, in, optFns...)
+	if err == nil && out.StreamDescriptionSummary != nil {
+		if st := out.StreamDescriptionSummary.StreamStatus; st != kinesistypes.StreamStatusActive {
+			s.spin.wait(waitingFor("stream", s.stream, string(st)))
+		}
+	}
+	return out, err
+}
+
+// leaseTableWaits is a DynamoDB client that shows the lease table's status
+// on spin while lease.CreateTable polls it.
+type leaseTableWaits struct {
+	lease.API
+	table string
+	spin  *waitSpinner
+}
+
+func (l leaseTableWaits) DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error) {
+	out, err := l.API.DescribeTable(ctx, in, optFns...)
+	if err == nil && out.Table != nil && out.Table.TableStatus != types.TableStatusActive {
+		l.spin.wait(waitingFor("lease table", l.table, string(out.Table.TableStatus)))
+	}
+	return out, err
 }

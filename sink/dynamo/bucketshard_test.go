@@ -325,50 +325,48 @@ func TestQueryBucketErrors(t *testing.T) {
 	}
 }
 
-// TestCreateTableKeepsOldBucketIndex checks that a table with the earlier
-// by_bucket index passes the schema check, gets by_bucket_shard, and that
-// UnusedIndexes names by_bucket.
-func TestCreateTableKeepsOldBucketIndex(t *testing.T) {
-	var added sync.Once
-	var has bool
+// TestCreateTableAddedReportsWaiting: CreateTableAdded tells its waiting
+// callback what is not ACTIVE yet each time it waits, and nothing once all
+// is ACTIVE.
+func TestCreateTableAddedReportsWaiting(t *testing.T) {
+	var describes int
+	var added bool
 	f := (&fakeAPI{
 		create: func(context.Context, *dynamodb.CreateTableInput) error {
 			return sdkErr("CreateTable", 400, &types.ResourceInUseException{})
 		},
 		describe: func(context.Context, *dynamodb.DescribeTableInput) (*dynamodb.DescribeTableOutput, error) {
-			if has {
-				return describeOut(types.TableStatusActive, types.IndexStatusActive, "fast_ix", "late_ix", "by_bucket", "by_bucket_shard"), nil
+			describes++
+			switch {
+			case !added || describes == 2: // the new index is not described at once
+				return describeOut(types.TableStatusActive, types.IndexStatusActive, "fast_ix", "late_ix"), nil
+			case describes == 3:
+				out := describeOut(types.TableStatusActive, types.IndexStatusActive, "fast_ix", "late_ix", "by_bucket_shard")
+				out.Table.GlobalSecondaryIndexes[2].IndexStatus = types.IndexStatusCreating
+				out.Table.GlobalSecondaryIndexes[2].Backfilling = aws.Bool(true)
+				return out, nil
 			}
-			return describeOut(types.TableStatusActive, types.IndexStatusActive, "fast_ix", "late_ix", "by_bucket"), nil
+			return describeOut(types.TableStatusActive, types.IndexStatusActive, "fast_ix", "late_ix", "by_bucket_shard"), nil
 		},
-		updateTable: func(context.Context, *dynamodb.UpdateTableInput) error { added.Do(func() { has = true }); return nil },
+		updateTable: func(context.Context, *dynamodb.UpdateTableInput) error { added = true; return nil },
 	}).ttlOff()
 	s := newStore(t, f, Options{})
-	got, err := s.CreateTableAdded(context.Background())
+	var pending []string
+	got, err := s.CreateTableAdded(context.Background(), func(p string) { pending = append(pending, p) })
 	if err != nil || !got {
 		t.Fatalf("CreateTableAdded = %v, %v; want true, nil", got, err)
 	}
-	if len(f.tableUpdates) != 1 {
-		t.Fatalf("%d UpdateTable calls, want 1", len(f.tableUpdates))
+	want := []string{"index by_bucket_shard: adding", "index by_bucket_shard: CREATING, backfilling"}
+	if !slices.Equal(pending, want) {
+		t.Errorf("waiting called with %q, want %q", pending, want)
 	}
-	u := f.tableUpdates[0]
-	if c := u.GlobalSecondaryIndexUpdates[0].Create; c == nil || aws.ToString(c.IndexName) != "by_bucket_shard" ||
-		keyString(c.KeySchema) != "[bucket_shard HASH entity RANGE]" || len(u.GlobalSecondaryIndexUpdates) != 1 {
-		t.Fatalf("UpdateTable %+v, want only the creation of by_bucket_shard", u.GlobalSecondaryIndexUpdates)
+	pending = nil
+	if got, err := s.CreateTableAdded(context.Background(), func(p string) { pending = append(pending, p) }); err != nil || got || len(pending) != 0 {
+		t.Errorf("CreateTableAdded on an active table = %v, %v, waiting %q; want false, nil, no call", got, err, pending)
 	}
-	var defs []string
-	for _, d := range u.AttributeDefinitions {
-		defs = append(defs, aws.ToString(d.AttributeName)+":"+string(d.AttributeType))
-	}
-	if slices.Sort(defs); strings.Join(defs, ",") != "bucket_shard:S,entity:S" {
-		t.Errorf("UpdateTable attribute definitions %v, want bucket_shard:S, entity:S", defs)
-	}
-	unused, err := s.UnusedIndexes(context.Background())
-	if err != nil || !slices.Equal(unused, []string{"by_bucket"}) {
-		t.Errorf("UnusedIndexes = %v, %v; want [by_bucket]", unused, err)
-	}
-	// Again: nothing to add.
-	if got, err := s.CreateTableAdded(context.Background()); err != nil || got {
-		t.Errorf("second CreateTableAdded = %v, %v; want false, nil", got, err)
+
+	tbl := describeOut(types.TableStatusCreating, types.IndexStatusCreating, "fast_ix", "late_ix", "by_bucket_shard").Table
+	if got, want := pendingString(tbl, true), "table: CREATING; index fast_ix: CREATING; index late_ix: CREATING; index by_bucket_shard: CREATING"; got != want {
+		t.Errorf("pendingString of a new table = %q, want %q", got, want)
 	}
 }

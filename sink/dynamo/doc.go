@@ -10,8 +10,7 @@
 // costs its own rows instead of a Scan of the table. CreateTable makes the
 // table (on-demand billing), or checks an existing one and adds
 // by_bucket_shard to a table made before it, and turns TTL on for
-// expires_at. An earlier index by_bucket (bucket + entity) is left alone and
-// reported by UnusedIndexes: it should be deleted.
+// expires_at.
 //
 // Every write sets expires_at (TTLAttribute), the end of the row's bucket
 // plus Options.Retention, in Unix seconds: DynamoDB deletes the row some

@@ -33,13 +33,6 @@ const TTLAttribute = "expires_at"
 // attributes. QueryBucket reads it, one query per shard.
 const BucketIndex = "by_bucket_shard"
 
-// OldBucketIndex is an earlier bucket index, keyed bucket (HASH) + entity
-// (RANGE). Nothing reads it any more; CreateTable leaves it on a table that
-// has it (UnusedIndexes names it), and it should be deleted: every row of a
-// minute shares its partition key, so it throttles a minute's burst of
-// writes.
-const OldBucketIndex = "by_bucket"
-
 // BucketShardAttribute is the attribute BucketIndex is keyed by:
 // BucketShardKey(bucket, entity), "<bucket>#<n>". Every write that can create
 // a row sets it (the same value on every write of the row). decodeItem

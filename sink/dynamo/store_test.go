@@ -579,11 +579,6 @@ func describeOut(status types.TableStatus, idx types.IndexStatus, gsis ...string
 				{AttributeName: aws.String("bucket_shard"), KeyType: types.KeyTypeHash},
 				{AttributeName: aws.String("entity"), KeyType: types.KeyTypeRange},
 			}
-		case "by_bucket":
-			ks = []types.KeySchemaElement{
-				{AttributeName: aws.String("bucket"), KeyType: types.KeyTypeHash},
-				{AttributeName: aws.String("entity"), KeyType: types.KeyTypeRange},
-			}
 		}
 		t.GlobalSecondaryIndexes = append(t.GlobalSecondaryIndexes, types.GlobalSecondaryIndexDescription{
 			IndexName:   aws.String(g),
@@ -694,7 +689,7 @@ func TestCreateTable(t *testing.T) {
 		c := u.GlobalSecondaryIndexUpdates[0].Create
 		if aws.ToString(c.IndexName) != "by_bucket_shard" || keyString(c.KeySchema) != "[bucket_shard HASH entity RANGE]" ||
 			c.Projection.ProjectionType != types.ProjectionTypeAll || c.ProvisionedThroughput != nil {
-			t.Errorf("index created: %s %s %v %v, want by_bucket [bucket_shard HASH entity RANGE] ALL, no throughput",
+			t.Errorf("index created: %s %s %v %v, want by_bucket_shard [bucket_shard HASH entity RANGE] ALL, no throughput",
 				aws.ToString(c.IndexName), keyString(c.KeySchema), c.Projection.ProjectionType, c.ProvisionedThroughput)
 		}
 		if got := describes.Load(); got < 4 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -78,8 +79,7 @@ func (s *Store) tableInput() *dynamodb.CreateTableInput {
 // and safe to call from several processes at once. The client must be a
 // TableAPI.
 //
-// It leaves OldBucketIndex on a table that has it (UnusedIndexes reports
-// it). Rows written before BucketShardAttribute existed are missing from
+// Rows written before BucketShardAttribute existed are missing from
 // the new index until they are written again or BackfillBucketShards has
 // run; CreateTable reports added = true when it added the index to an
 // existing table, which is when that is needed.
@@ -87,14 +87,18 @@ func (s *Store) tableInput() *dynamodb.CreateTableInput {
 // A local stand-in that does not implement UpdateTimeToLive (dynalite)
 // leaves TTL off without an error; TTLStatus tells.
 func (s *Store) CreateTable(ctx context.Context) error {
-	_, err := s.CreateTableAdded(ctx)
+	_, err := s.CreateTableAdded(ctx, nil)
 	return err
 }
 
 // CreateTableAdded is CreateTable, and reports whether it added BucketIndex
 // to a table that existed without it (whose older rows then need
-// BackfillBucketShards).
-func (s *Store) CreateTableAdded(ctx context.Context) (added bool, err error) {
+// BackfillBucketShards). If waiting is not nil, it is called each time
+// CreateTableAdded finds the table or an index not ACTIVE yet, before it
+// waits, with what is pending as DynamoDB describes it ("index
+// by_bucket_shard: CREATING, backfilling"; "table: CREATING"), for a person
+// waiting on it. It is called on the caller's goroutine.
+func (s *Store) CreateTableAdded(ctx context.Context, waiting func(pending string)) (added bool, err error) {
 	tapi, ok := s.api.(TableAPI)
 	if !ok {
 		return false, fmt.Errorf("dynamo: create table %s: the client %T cannot update tables and TTL (not a dynamo.TableAPI)", s.o.Table, s.api)
@@ -107,7 +111,7 @@ func (s *Store) CreateTableAdded(ctx context.Context) (added bool, err error) {
 	if err != nil && !errors.As(err, &inUse) {
 		return false, fmt.Errorf("dynamo: create table %s: %w", s.o.Table, err)
 	}
-	if added, err = s.waitActive(ctx, tapi); err != nil {
+	if added, err = s.waitActive(ctx, tapi, waiting); err != nil {
 		return added, err
 	}
 	return added, s.enableTTL(ctx, tapi)
@@ -115,8 +119,8 @@ func (s *Store) CreateTableAdded(ctx context.Context) (added bool, err error) {
 
 // waitActive checks the table's schema, adds the bucket index if it is
 // missing (added reports it), and waits until the table and its indexes
-// are ACTIVE.
-func (s *Store) waitActive(ctx context.Context, tapi TableAPI) (added bool, err error) {
+// are ACTIVE, calling waiting (if not nil) before each wait.
+func (s *Store) waitActive(ctx context.Context, tapi TableAPI, waiting func(string)) (added bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.o.TableWait)
 	defer cancel()
 	wait := 50 * time.Millisecond
@@ -141,6 +145,9 @@ func (s *Store) waitActive(ctx context.Context, tapi TableAPI) (added bool, err 
 		}
 		if has && active(t) {
 			return added, nil
+		}
+		if waiting != nil {
+			waiting(pendingString(t, has))
 		}
 		if err := sleep(ctx, wait); err != nil {
 			return added, fmt.Errorf("dynamo: table %s is not active (%s); a new index is built from the table's items, which takes long on a big table: run it again later: %w",
@@ -195,22 +202,6 @@ func (s *Store) addBucketIndex(ctx context.Context, tapi TableAPI, t *types.Tabl
 		return nil
 	}
 	return fmt.Errorf("dynamo: add index %s to table %s: %w", BucketIndex, s.o.Table, err)
-}
-
-// UnusedIndexes returns the names of the table's indexes that no release
-// reads any more and that cost writes: OldBucketIndex, if the table has it.
-// Deleting them is the operator's call (aws dynamodb update-table
-// --global-secondary-index-updates '[{"Delete":{"IndexName":"by_bucket"}}]').
-func (s *Store) UnusedIndexes(ctx context.Context) ([]string, error) {
-	t, err := s.describe(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	if findIndex(t, OldBucketIndex) != nil {
-		names = append(names, OldBucketIndex)
-	}
-	return names, nil
 }
 
 // BackfillBucketShards sets BucketShardAttribute on every row that lacks
@@ -379,6 +370,30 @@ func statusString(t *types.TableDescription) string {
 	return s
 }
 
+// pendingString describes what of the table is not ACTIVE: "table:
+// CREATING", "index by_bucket_shard: CREATING, backfilling", joined by
+// "; ". hasBucketIndex false (just added, not described yet) adds
+// "index by_bucket_shard: adding".
+func pendingString(t *types.TableDescription, hasBucketIndex bool) string {
+	var parts []string
+	if t.TableStatus != types.TableStatusActive {
+		parts = append(parts, "table: "+string(t.TableStatus))
+	}
+	for _, g := range t.GlobalSecondaryIndexes {
+		if g.IndexStatus != types.IndexStatusActive {
+			s := fmt.Sprintf("index %s: %s", aws.ToString(g.IndexName), g.IndexStatus)
+			if aws.ToBool(g.Backfilling) {
+				s += ", backfilling"
+			}
+			parts = append(parts, s)
+		}
+	}
+	if !hasBucketIndex {
+		parts = append(parts, "index "+BucketIndex+": adding")
+	}
+	return strings.Join(parts, "; ")
+}
+
 func findIndex(t *types.TableDescription, name string) *types.GlobalSecondaryIndexDescription {
 	for i := range t.GlobalSecondaryIndexes {
 		if aws.ToString(t.GlobalSecondaryIndexes[i].IndexName) == name {
@@ -389,8 +404,7 @@ func findIndex(t *types.TableDescription, name string) *types.GlobalSecondaryInd
 }
 
 // checkSchema reports every difference between t and the ad_metrics layout.
-// A missing bucket index is not one: CreateTable adds it. OldBucketIndex,
-// whatever its key, is left alone.
+// A missing bucket index is not one: CreateTable adds it.
 func checkSchema(t *types.TableDescription) error {
 	var errs []error
 	if !keyIs(t.KeySchema, attrEntity, attrBucket) {

@@ -55,7 +55,7 @@
 // therefore iterate in (entity, bucket) order, which ScanOrdered relies on,
 // and QueryIndex(w, ix) is a prefix scan over 'x' writer esc(ix): its cost is
 // proportional to the number of matches, not to the size of the table. The
-// bucket index is the twin of DynamoDB's by_bucket index: QueryBucket is a
+// bucket index is the twin of DynamoDB's by_bucket_shard index: QueryBucket is a
 // prefix scan over 'b' esc(bucket), in entity order, from the cursor on.
 // Open writes the bucket entries of every item once in a store that
 // predates them (the 'm' marker records it). The expiry queue orders items
