@@ -146,6 +146,29 @@ func dirKey(kind Kind, id int64) string { return kindDirKey(kind) + kind.name(id
 
 func manifestKey(kind Kind, id int64) string { return "manifests/" + kind.name(id) + ".json" }
 
+// ParseSavepointLocation splits a savepoint's Location
+// (s3://BUCKET/PREFIX/manifests/sp-<id>.json, as `adclick savepoint` prints
+// it) into the URL of its store (s3://BUCKET/PREFIX) and its id; ok is
+// false for anything else.
+func ParseSavepointLocation(loc string) (storeURL string, id int64, ok bool) {
+	if !strings.HasPrefix(loc, "s3://") {
+		return "", 0, false
+	}
+	root, name, found := strings.Cut(loc, "/manifests/"+Savepoint.prefix())
+	if !found || strings.Contains(name, "/") {
+		return "", 0, false
+	}
+	digits, found := strings.CutSuffix(name, ".json")
+	if !found || len(digits) == 0 {
+		return "", 0, false
+	}
+	id, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || id < 0 {
+		return "", 0, false
+	}
+	return root, id, true
+}
+
 // Location implements Store: s3://BUCKET/PREFIX/manifests/<name>.json.
 func (r *Remote) Location(id int64, kind Kind) string {
 	return "s3://" + r.bucket + "/" + r.prefix + manifestKey(kind, id)

@@ -26,7 +26,12 @@ type S3API interface {
 // S3-compatible local servers need). The endpoint comes from the SDK's own
 // configuration, e.g. AWS_ENDPOINT_URL_S3.
 func NewS3Client(cfg aws.Config) *s3.Client {
-	return s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true })
+	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+		o.UsePathStyle = true
+		// Stores that send no checksum (MinIO, s3rver) would otherwise get
+		// an SDK debug line on stderr for every object read.
+		o.DisableLogOutputChecksumValidationSkipped = true
+	})
 }
 
 // ParseS3URL splits "s3://BUCKET/PREFIX" into bucket and prefix (without

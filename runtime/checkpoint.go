@@ -124,10 +124,15 @@ func (c *checkpoints) latest(ctx context.Context) (dir string, m Meta, found boo
 	return "", Meta{}, false, nil
 }
 
-// savepoint fetches a savepoint named by id (from the store) or by a local
-// folder path.
-func (c *checkpoints) savepoint(ctx context.Context, ref string) (string, Meta, error) {
+// savepoint fetches a savepoint named by id (from from, or the job's own
+// store if from is nil) or by a local folder path.
+func (c *checkpoints) savepoint(ctx context.Context, ref string, from ckptstore.Store) (string, Meta, error) {
 	if id, err := strconv.ParseInt(ref, 10, 64); err == nil {
+		if from != nil {
+			other := *c
+			other.store = from
+			return other.fetch(ctx, id, ckptstore.Savepoint)
+		}
 		return c.fetch(ctx, id, ckptstore.Savepoint)
 	}
 	m, err := readMeta(ref)

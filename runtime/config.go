@@ -54,6 +54,11 @@ type Config struct {
 	// under DataDir/savepoints) instead of the latest checkpoint; checkpoint
 	// ids continue at its id + 1.
 	FromSavepoint string
+	// SavepointStore, when set, is where FromSavepoint (an id) is looked up:
+	// another job's checkpoint store, for a blue/green start whose new
+	// version keeps its checkpoints elsewhere. nil: Checkpoints (or
+	// DataDir).
+	SavepointStore ckptstore.Store
 
 	// AllowanceMs is the out-of-orderness allowance; nil means the default,
 	// 5,000. Zero is a real allowance (the watermark trails the newest

@@ -617,6 +617,13 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 		// they are.
 		wm = floorsMin(pc.floors)
 	}
+	if wm == eventtime.NoWatermark && len(pc.floors) > 0 {
+		// Nothing read since a restore: the restored floors are the last
+		// real watermark, and what they closed stays closed. Recording none
+		// would move the recount's readiness (and a sweep's rebuild bound)
+		// back until records arrive.
+		wm = floorsMin(pc.floors)
+	}
 	var shards []string
 	for _, s := range d.wms.Shards() {
 		if !s.Closed {

@@ -145,7 +145,8 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	var found bool
 	ckptDir := ""
 	if cfg.FromSavepoint != "" {
-		if ckptDir, meta, err = j.ckpts.savepoint(ctx, cfg.FromSavepoint); err != nil {
+		if ckptDir, meta, err = j.ckpts.savepoint(ctx, cfg.FromSavepoint, cfg.SavepointStore); err != nil {
+			j.Close() // a refused start holds nothing: the data dir's lock, the lease
 			return nil, fmt.Errorf("runtime: savepoint %s: %w", cfg.FromSavepoint, err)
 		}
 		found = true

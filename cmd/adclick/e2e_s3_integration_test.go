@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +54,40 @@ func TestRestoreFromS3AfterLosingData(t *testing.T) {
 	}
 	if !restored {
 		t.Fatalf("no row was written after a checkpoint: the test did not exercise a restore from S3")
+	}
+}
+
+// TestBlueGreenFromS3Savepoint starts v2, which keeps its checkpoints under
+// its own S3 prefix, from v1's savepoint named as `adclick savepoint`
+// printed it (s3://…/manifests/sp-<id>.json): the savepoint is read from
+// v1's store. (Before, the location was taken for a local folder, and an id
+// was looked up in v2's own store: blue/green with S3 checkpoints could not
+// start.)
+func TestBlueGreenFromS3Savepoint(t *testing.T) {
+	testenv.S3(t)
+	testenv.DynamoDB(t)
+	dir := t.TempDir()
+	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
+	table, bucket := "bgs3"+suffix, "s3://b"+suffix
+	run(t, 0, "setup", "--sink", "dynamodb:"+table, "--checkpoints", bucket+"/job1")
+	common := []string{"--source", "gen", "--gen-rate", "200", "--gen-ads", "20", "--sink", "dynamodb:" + table,
+		"--parallelism", "2", "--checkpoint-interval-ms", "1000", "--flush-writes-per-sec", "1000000", "--lease-ms", "500"}
+	const token = "bg-s3-token"
+	v1 := startJob(t, "v1", token, append(common, "--data", filepath.Join(dir, "v1"), "--checkpoints", bucket+"/job1")...)
+	v1.waitRecords(200, time.Minute)
+	sp := v1.savepoint()
+	if !strings.HasPrefix(sp.Path, bucket+"/job1/manifests/sp-") {
+		t.Fatalf("savepoint path %q, want it under %s/job1/manifests/", sp.Path, bucket)
+	}
+	v1.stop(false)
+	v2 := append([]string{"run", "--listen", "", "--progress", "0", "--data", filepath.Join(dir, "v2"),
+		"--checkpoints", bucket + "/job2", "--job-gen", "8"}, common...)
+	out := run(t, 0, append(v2, "--from-savepoint", sp.Path, "--exit-after-restore")...)
+	if !strings.Contains(string(out), "restored") {
+		t.Logf("v2 printed: %s", out)
+	}
+	// An S3 URL that names no savepoint is a usage error, not a file lookup.
+	if code := runCode(t, append(v2, "--from-savepoint", bucket+"/job1/savepoints/x", "--exit-after-restore")...); code != 2 {
+		t.Fatalf("--from-savepoint with an S3 URL that names no savepoint exited %d, want 2 (usage)", code)
 	}
 }

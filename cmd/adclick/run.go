@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,7 +82,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	leaseMs := fs.Int64("lease-ms", lease.DefaultDuration.Milliseconds(), "lease duration: renewed every third of it; a process that stopped renewing is taken over after it")
 	jobName := fs.String("job-name", "", "the job's name in the lease table (default: the --checkpoints s3:// location)")
 	checkpointsURL := fs.String("checkpoints", "", "keep checkpoints and savepoints in s3://BUCKET/PREFIX (incremental, manifest last) instead of under --data; a restart with an empty --data restores from there")
-	fs.StringVar(&cfg.FromSavepoint, "from-savepoint", "", "start from this savepoint (a path, or an id under --data/savepoints) instead of the latest checkpoint: blue/green, rescaling, upgrades")
+	fs.StringVar(&cfg.FromSavepoint, "from-savepoint", "", "start from this savepoint instead of the latest checkpoint (blue/green, rescaling, upgrades): an id in this job's checkpoint store, a local folder, or another job's savepoint in S3 as `adclick savepoint` printed it (s3://BUCKET/PREFIX/manifests/sp-<id>.json)")
 	fs.Int64Var(&cfg.JobGen, "job-gen", 1, "job generation (job_gen) of this version; raise it for each blue/green deployment")
 	allowance := fs.Int64("allowance-ms", ingest.DefaultAllowanceMs, "out-of-orderness allowance: watermark = max event time - allowance - 1 ms (0 is allowed: the watermark trails the newest event by 1 ms)")
 	fs.Int64Var(&cfg.WatermarkIntervalMs, "watermark-interval-ms", 200, "watermark emission interval (processing time)")
@@ -153,6 +154,16 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if cfg.Checkpoints, err = openCheckpoints(ctx, *checkpointsURL, reg); err != nil {
 			return err
 		}
+	}
+	if url, id, ok := ckptstore.ParseSavepointLocation(cfg.FromSavepoint); ok {
+		// Another job's savepoint in S3 (blue/green: v2 keeps its own
+		// checkpoints): read it from that job's store.
+		if cfg.SavepointStore, err = openCheckpoints(ctx, url, nil); err != nil {
+			return fmt.Errorf("--from-savepoint: %w", err)
+		}
+		cfg.FromSavepoint = strconv.FormatInt(id, 10)
+	} else if strings.HasPrefix(cfg.FromSavepoint, "s3://") {
+		return usageError{fmt.Errorf("--from-savepoint %q: an S3 savepoint is named by the location `adclick savepoint` printed, s3://BUCKET/PREFIX/manifests/sp-<id>.json", cfg.FromSavepoint)}
 	}
 	if *lakeURL != "" {
 		if !strings.HasPrefix(*lakeURL, "s3://") {
