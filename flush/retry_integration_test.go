@@ -86,15 +86,21 @@ func TestFullWaitsOutDynamoThrottling(t *testing.T) {
 		do.BaseEndpoint = aws.String(endpoint)
 		do.HTTPClient = &http.Client{Transport: tr}
 	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// The table is made with the real client (the throttling wrapper has
+	// only the data calls); the flush then runs on the wrapper.
+	setup, err := dynamo.New(client, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setup.CreateTable(ctx); err != nil {
+		t.Fatalf("create table: %v", err)
+	}
 	api := &throttlingAPI{API: client}
 	rows, err := dynamo.New(api, o)
 	if err != nil {
 		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := rows.CreateTable(ctx); err != nil {
-		t.Fatalf("create table: %v", err)
 	}
 	t.Cleanup(func() {
 		if _, err := client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(o.Table)}); err != nil {
