@@ -83,19 +83,28 @@ type Options struct {
 	NoDedup bool
 }
 
+// The defaults of Options: the job's, in one place (the command line, the
+// runtime, the recount and the scenario harness take them from here).
+const (
+	DefaultWindowMs        = eventtime.MinuteMs
+	DefaultHorizonMs       = 2 * eventtime.HourMs  // seed 001's acceptance horizon
+	DefaultGuardMs         = 26 * eventtime.HourMs // the processing-time guard on dedup ids
+	DefaultFlushIntervalMs = 500
+)
+
 // EnsureDefaults fills zero fields with their defaults.
 func (o *Options) EnsureDefaults() {
 	if o.WindowMs == 0 {
-		o.WindowMs = 60_000
+		o.WindowMs = DefaultWindowMs
 	}
 	if o.HorizonMs == 0 {
-		o.HorizonMs = 2 * 3_600_000
+		o.HorizonMs = DefaultHorizonMs
 	}
 	if o.GuardMs == 0 {
-		o.GuardMs = 26 * 3_600_000
+		o.GuardMs = DefaultGuardMs
 	}
 	if o.FlushIntervalMs == 0 {
-		o.FlushIntervalMs = 500
+		o.FlushIntervalMs = DefaultFlushIntervalMs
 	}
 }
 

@@ -1,8 +1,8 @@
 package recount
 
 import (
-	"github.com/adclick/adclick/eventtime"
 	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/preagg"
 )
 
 // Judge is the batch's decision about one lake row, made with the stream's
@@ -37,7 +37,7 @@ type Judge struct {
 
 func (j *Judge) ensureDefaults() {
 	if j.HorizonMs <= 0 {
-		j.HorizonMs = 2 * eventtime.HourMs
+		j.HorizonMs = preagg.DefaultHorizonMs
 	}
 	if j.AllowanceMs == nil || *j.AllowanceMs < 0 {
 		j.AllowanceMs = new(int64(5_000))

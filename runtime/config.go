@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/adclick/adclick/eventtime"
+	"github.com/adclick/adclick/preagg"
 	"log/slog"
 	"math"
 	"runtime"
@@ -77,8 +78,12 @@ type Config struct {
 	// with the root cause, and how long a stop waits for its final
 	// checkpoint. Default 60,000.
 	CheckpointTimeoutMs int64
-	CheckpointPauseMs   int64 // minimum pause between checkpoints; default 5,000
-	CheckpointsKept     int   // default 3
+	// CheckpointPauseMs is the least processing time from a completed
+	// checkpoint to the next one's start, so that checkpoints slower than
+	// their interval leave the graph time to process. Default 5,000, at
+	// most half the interval.
+	CheckpointPauseMs int64
+	CheckpointsKept   int // default 3
 	// SinkOutageMs is how long the window subtasks wait out a row store
 	// that answers with transient errors (throttling, 5xx, timeouts) before
 	// the job ends with the error. Default 300,000 (5 minutes).
@@ -185,12 +190,12 @@ func (c *Config) EnsureDefaults() {
 	def(&c.WatermarkIntervalMs, 200)
 	def(&c.IdleMs, 30_000)
 	def(&c.WindowMs, 60_000)
-	def(&c.HorizonMs, 7_200_000)
-	def(&c.GuardMs, 93_600_000)
+	def(&c.HorizonMs, preagg.DefaultHorizonMs)
+	def(&c.GuardMs, preagg.DefaultGuardMs)
 	def(&c.PreaggFlushMs, 500)
 	def(&c.EarlyFiringMs, 1_000)
 	def(&c.CheckpointIntervalMs, 30_000)
-	def(&c.CheckpointPauseMs, 5_000)
+	def(&c.CheckpointPauseMs, min(5_000, c.CheckpointIntervalMs/2))
 	def(&c.CheckpointTimeoutMs, 60_000)
 	def(&c.SinkOutageMs, 300_000)
 	def(&c.DedupMemoryBytes, DefaultDedupMemoryBytes)
@@ -252,6 +257,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GuardMs < c.HorizonMs {
 		errs = append(errs, fmt.Errorf("guard %d ms must be at least the horizon %d ms", c.GuardMs, c.HorizonMs))
+	}
+	if c.CheckpointPauseMs < 0 {
+		errs = append(errs, fmt.Errorf("checkpoint pause %d ms must not be negative", c.CheckpointPauseMs))
 	}
 	if c.DedupMemoryBytes < 0 {
 		errs = append(errs, fmt.Errorf("dedup memory %d bytes must be positive", c.DedupMemoryBytes))

@@ -26,22 +26,28 @@ import (
 // goroutine, so every pre-aggregator sees the same watermarks and barriers
 // in the same order relative to its clicks.
 type driver struct {
-	j          *Job
-	src        source
-	wms        *ingest.Watermarks
-	batches    [][]ingest.Click
-	procMs     int64
-	nextTick   int64
-	lastCkpt   int64 // processing time the last checkpoint completed (or the job started)
-	preflushed bool  // the state was flushed ahead of the next checkpoint
-	records    int64
-	invalid    int64
-	blocked    prometheus.Counter
-	lake       *recount.Writer
-	lakeEpoch  int64
-	lastRecord int64 // processing time of the last record (real-time sources)
-	forgotten  int64 // epochs below this are forgotten by the totals store
-	eof        bool  // the source ended (bounded input read to its end)
+	j        *Job
+	src      source
+	wms      *ingest.Watermarks
+	batches  [][]ingest.Click
+	procMs   int64
+	nextTick int64
+	lastCkpt int64 // processing time the last checkpoint began (or the job started)
+	// lastCkptEnd is the processing time the last checkpoint completed:
+	// the next begins no sooner than CheckpointPauseMs after it (Flink's
+	// minimum pause), so a checkpoint slower than its interval does not run
+	// back to back with the next and leaves the graph time to process.
+	lastCkptEnd int64
+	virtual     bool // the source drives a virtual clock (file replay)
+	preflushed  bool // the state was flushed ahead of the next checkpoint
+	records     int64
+	invalid     int64
+	blocked     prometheus.Counter
+	lake        *recount.Writer
+	lakeEpoch   int64
+	lastRecord  int64 // processing time of the last record (real-time sources)
+	forgotten   int64 // epochs below this are forgotten by the totals store
+	eof         bool  // the source ended (bounded input read to its end)
 	// wipes watches the running-total store for a loss of its data (nil
 	// unless the store can tell, as sink/valkey's can).
 	wipes *wipeWatch
@@ -80,6 +86,7 @@ func newDriver(j *Job, src source) *driver {
 // checkpoint); runCtx is the graph's (cancelled when a subtask fails).
 func (d *driver) run(ctx, runCtx context.Context) error {
 	virtual := d.src.virtual()
+	d.virtual = virtual
 	if w, ok := d.j.plainTotals.(wipeDetector); ok {
 		d.wipes = startWipeWatch(runCtx, d.j, w, virtual)
 		defer d.wipes.stop()
@@ -311,7 +318,7 @@ func (d *driver) tick(ctx context.Context, t int64) error {
 	}
 	if !d.j.cfg.NoCheckpoint {
 		iv := d.j.cfg.CheckpointIntervalMs
-		if t-d.lastCkpt >= iv {
+		if t-d.lastCkpt >= iv && t-d.lastCkptEnd >= d.j.cfg.CheckpointPauseMs {
 			if t >= d.ckptRetryAt {
 				if _, err := d.checkpoint(ctx, t, false); err != nil {
 					if err := d.checkpointFailed(ctx, t, err); err != nil {
@@ -562,6 +569,10 @@ func (d *driver) checkpointOnce(ctx context.Context, procMs int64, final, savepo
 		return Meta{}, "", err
 	}
 	d.lastCkpt = procMs
+	d.lastCkptEnd = procMs
+	if !d.virtual {
+		d.lastCkptEnd = max(procMs, d.j.cfg.Clock.NowMs())
+	}
 	d.preflushed = false
 	if !final {
 		// Every window closed by winWm was closed, and its rows written,

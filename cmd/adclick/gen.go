@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/preagg"
 	"io"
 	"os"
 	"strconv"
@@ -72,7 +73,7 @@ func cmdGen(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	out := fs.String("out", "-", "output file (- = standard output)")
 	to := fs.String("to", "", "put the trace into kinesis:STREAM instead of writing a file")
 	aggregate := fs.Bool("aggregate", false, "with --to: KPL-aggregate the records")
-	horizonMs := fs.Int64("horizon-ms", 7_200_000, "with --to: the job's acceptance horizon, ms, for the warning about clicks the job will reject")
+	horizonMs := fs.Int64("horizon-ms", preagg.DefaultHorizonMs, "with --to: the job's acceptance horizon, ms, for the warning about clicks the job will reject")
 	start := startMs{now: true}
 	fs.Var(&start, "start-ms", "arrival time of the first click, Unix ms (1795946400000 is 2026-11-29T10:00:00Z), for a reproducible trace; now = the trace ends at the current time")
 	genFlags(fs, &o, "")

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/adclick/adclick/preagg"
 	"io"
 	"os"
 	"strconv"
@@ -92,7 +93,7 @@ func cmdPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	from := fs.String("from", "", "click file (JSON Lines, file-source format)")
 	to := fs.String("to", "", "kinesis:STREAM")
 	aggregate := fs.Bool("aggregate", false, "KPL-aggregate the records")
-	horizonMs := fs.Int64("horizon-ms", 7_200_000, "the job's acceptance horizon, ms, for the warning about clicks the recount will reject")
+	horizonMs := fs.Int64("horizon-ms", preagg.DefaultHorizonMs, "the job's acceptance horizon, ms, for the warning about clicks the recount will reject")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

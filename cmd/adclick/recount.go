@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/adclick/adclick/eventtime"
+	"github.com/adclick/adclick/preagg"
 	"io"
 	"log/slog"
 	"os"
@@ -82,7 +83,7 @@ func (f *recountFlags) register(fs *flag.FlagSet, write bool) {
 	fs.StringVar(&f.checkpoints, "checkpoints", "", "the job's checkpoints in s3://BUCKET/PREFIX (as given to run): the watermark, horizon and allowance are the latest one's; default DATA/checkpoints")
 	fs.StringVar(&f.watermark, "watermark", "", "the job watermark (RFC 3339 time or Unix ms), instead of the latest checkpoint's")
 	fs.BoolVar(&f.jsonOut, "json", false, "print the results as JSON instead of a table")
-	fs.Int64Var(&f.horizonMs, "horizon-ms", 7_200_000, "acceptance horizon after the impression, ms: the job's, from its latest checkpoint; this default only without one")
+	fs.Int64Var(&f.horizonMs, "horizon-ms", preagg.DefaultHorizonMs, "acceptance horizon after the impression, ms: the job's, from its latest checkpoint; this default only without one")
 	fs.Int64Var(&f.allowanceMs, "allowance-ms", 5_000, "out-of-orderness allowance, ms: the job's, from its latest checkpoint; this default only without one")
 	fs.Int64Var(&f.marginMs, "margin-ms", 600_000, "margin past hour end + horizon before an hour is final, ms")
 	fs.IntVar(&f.maxIDs, "max-ids", 20, "click ids listed per (ad, hour) for A and for B")

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/adclick/adclick/eventtime"
+	"github.com/adclick/adclick/preagg"
 	"io"
 	"log/slog"
 	"net"
@@ -88,11 +89,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Int64Var(&cfg.WatermarkIntervalMs, "watermark-interval-ms", 200, "watermark emission interval (processing time)")
 	fs.Int64Var(&cfg.IdleMs, "idle-ms", 30000, "a shard with no records for this long leaves the watermark minimum")
 	fs.Int64Var(&cfg.WindowMs, "window-ms", 60000, "window size (must divide an hour)")
-	fs.Int64Var(&cfg.HorizonMs, "horizon-ms", 7_200_000, "acceptance horizon after the impression; dedup ids expire at impression + horizon")
-	fs.Int64Var(&cfg.GuardMs, "guard-ms", 93_600_000, "processing-time guard on dedup ids, in case the watermark is stuck")
+	fs.Int64Var(&cfg.HorizonMs, "horizon-ms", preagg.DefaultHorizonMs, "acceptance horizon after the impression; dedup ids expire at impression + horizon")
+	fs.Int64Var(&cfg.GuardMs, "guard-ms", preagg.DefaultGuardMs, "processing-time guard on dedup ids, in case the watermark is stuck")
 	fs.Int64Var(&cfg.PreaggFlushMs, "preagg-flush-ms", 500, "pre-aggregation buffer interval")
 	fs.Int64Var(&cfg.EarlyFiringMs, "early-firing-ms", 1000, "running totals for dashboards every this many ms")
 	fs.Int64Var(&cfg.CheckpointIntervalMs, "checkpoint-interval-ms", 30000, "checkpoint interval (virtual time in a file replay)")
+	fs.Int64Var(&cfg.CheckpointPauseMs, "checkpoint-pause-ms", 0, "least time from a completed checkpoint to the next one's start, so that slow checkpoints leave the graph time to process (0 = 5000, at most half the interval)")
 	fs.Int64Var(&cfg.CheckpointTimeoutMs, "checkpoint-timeout-ms", 60000, "how long checkpoints may keep failing (each is retried with backoff) before the job exits with the cause, and how long a stop waits for its final checkpoint")
 	fs.IntVar(&cfg.CheckpointsKept, "checkpoints-kept", 3, "completed checkpoints kept")
 	fs.Int64Var(&cfg.SinkOutageMs, "sink-outage-ms", 300000, "how long an unavailable row store (throttling, 5xx, timeouts) is waited out, with backoff, before the job exits with the error")
