@@ -77,7 +77,7 @@ func (r Report) LogValue() slog.Value {
 }
 
 // writers are the tagged writers, in the order the drivers query them.
-var writers = [...]sink.Writer{sink.Fast, sink.Late}
+var writers = sink.TaggedWriters
 
 // Full runs the full flush after a restore from checkpoint o.Restored (c),
 // before the job writes any new output (seed 001 Part 8, FULL FLUSH;

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adclick/adclick/preagg"
+	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/state"
 )
 
@@ -96,10 +97,10 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	for _, k := range []string{"minute", "hour", "early"} {
 		m.firings.WithLabelValues(k)
 	}
-	for _, w := range []string{"fast", "late"} {
-		m.writes.WithLabelValues(w)
-		m.refused.WithLabelValues(w, "condition")
-		m.sinkRetries.WithLabelValues(w)
+	for _, w := range sink.TaggedWriters {
+		m.writes.WithLabelValues(w.String())
+		m.refused.WithLabelValues(w.String(), "condition")
+		m.sinkRetries.WithLabelValues(w.String())
 	}
 	for _, s := range []string{"source", "preagg"} {
 		m.blocked.WithLabelValues(s)

@@ -362,8 +362,8 @@ type winSub struct {
 	puts     []sink.Put
 	tots     []sink.Total
 	totalsOK bool
-	unsent   map[sink.TotalKey]sink.Total // totals not written during an outage
-	byWriter [2][]sink.Put                // flushWrites' split of puts, reused
+	unsent   map[sink.TotalKey]sink.Total        // totals not written during an outage
+	byWriter [len(sink.TaggedWriters)][]sink.Put // flushWrites' split of puts, reused
 	// freeParts takes handled partial slices back to the pre-aggregators.
 	freeParts chan<- []preagg.Partial
 	m         *metrics
@@ -554,9 +554,9 @@ func (w *winSub) flushWrites(ctx context.Context) error {
 			byWriter[i] = byWriter[i][:0]
 		}
 		for _, p := range w.puts {
-			i := 0
-			if p.Writer == sink.Late {
-				i = 1
+			i := slices.Index(sink.TaggedWriters[:], p.Writer)
+			if i < 0 {
+				return fmt.Errorf("runtime: a row write by %v, which is not a tagged writer", p.Writer)
 			}
 			byWriter[i] = append(byWriter[i], p)
 		}
@@ -564,7 +564,7 @@ func (w *winSub) flushWrites(ctx context.Context) error {
 			if len(puts) == 0 {
 				continue
 			}
-			name := [2]string{"fast", "late"}[i]
+			name := sink.TaggedWriters[i].String()
 			refused, err := w.putRows(ctx, name, puts)
 			if err != nil {
 				return fmt.Errorf("runtime: write %s rows: %w", name, err)

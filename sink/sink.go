@@ -38,6 +38,12 @@ const (
 	Final
 )
 
+// TaggedWriters are the writers whose attributes carry a checkpoint tag
+// and a tag index (<w>_ckpt, <w>_ix), and that the flush after a restore
+// cleans: the one list the sink model, the adapters, the flush and the
+// metrics range over.
+var TaggedWriters = [...]Writer{Fast, Late}
+
 // String returns the attribute prefix of the writer ("fast", "late", "final").
 func (w Writer) String() string {
 	switch w {
@@ -87,12 +93,17 @@ type Item struct {
 	Final     FinalAttrs
 }
 
-// Attrs returns the tagged attributes of w on the item (Fast or Late).
+// Attrs returns the tagged attributes of w on the item. w must be one of
+// TaggedWriters: any other is a programming error, and panics rather than
+// read another writer's attributes.
 func (it *Item) Attrs(w Writer) *Tagged {
-	if w == Late {
+	switch w {
+	case Fast:
+		return &it.Fast
+	case Late:
 		return &it.Late
 	}
-	return &it.Fast
+	panic("sink: " + w.String() + " has no tagged attributes")
 }
 
 // Put is one tagged write of a writer's attributes: an absolute SET, never

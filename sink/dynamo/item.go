@@ -113,7 +113,7 @@ func decodeItem(av map[string]types.AttributeValue) (sink.Item, error) {
 	if it.JobGen, it.HasJobGen, err = getN(av, attrJobGen); err != nil {
 		return it, err
 	}
-	for _, w := range []sink.Writer{sink.Fast, sink.Late} {
+	for _, w := range sink.TaggedWriters {
 		a, t := attrsOf(w), it.Attrs(w)
 		var p [5]bool
 		if t.Valid, p[0], err = getN(av, a.valid); err != nil {

@@ -118,13 +118,11 @@ func New(client API, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{
-		api: client,
-		o:   o,
-		m:   m,
-		sem: make(chan struct{}, o.MaxInFlight),
-		ex:  map[sink.Writer]*writerExprs{sink.Fast: buildExprs(sink.Fast), sink.Late: buildExprs(sink.Late)},
-	}, nil
+	ex := map[sink.Writer]*writerExprs{}
+	for _, w := range sink.TaggedWriters {
+		ex[w] = buildExprs(w)
+	}
+	return &Store{api: client, o: o, m: m, sem: make(chan struct{}, o.MaxInFlight), ex: ex}, nil
 }
 
 // Table returns the table name.

@@ -410,7 +410,7 @@ func checkSchema(t *types.TableDescription) error {
 	if !keyIs(t.KeySchema, attrEntity, attrBucket) {
 		errs = append(errs, fmt.Errorf("key schema %s, want %s HASH + %s RANGE", keyString(t.KeySchema), attrEntity, attrBucket))
 	}
-	for _, w := range []sink.Writer{sink.Fast, sink.Late} {
+	for _, w := range sink.TaggedWriters {
 		name := indexName(w)
 		found := findIndex(t, name)
 		switch {

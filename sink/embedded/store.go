@@ -736,7 +736,7 @@ func (s *Store) expireOne(k sink.Key, sec int64) (bool, error) {
 	if deleted {
 		_ = b.Delete(ikey, nil)
 		_ = b.Delete(bucketIndexKey(k), nil)
-		for _, w := range []sink.Writer{sink.Fast, sink.Late} {
+		for _, w := range sink.TaggedWriters {
 			if a := it.Attrs(w); a.Present {
 				_ = b.Delete(indexKey(w, a.Ix, k), nil)
 				s.metrics.IndexEntries.WithLabelValues("removed").Inc()

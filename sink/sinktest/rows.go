@@ -397,7 +397,7 @@ func testPutFinal(t *testing.T, s sink.Rows) {
 
 	// The recount never shows in a tag index.
 	for shard := 0; shard < sink.IndexShards; shard++ {
-		for _, w := range []sink.Writer{sink.Fast, sink.Late} {
+		for _, w := range sink.TaggedWriters {
 			if keys := queryKeys(t, s, w, sink.IndexKeyOf(0, shard)); len(keys) != 0 {
 				t.Fatalf("QueryIndex(%v, %q) = %v, want none", w, sink.IndexKeyOf(0, shard), keys)
 			}
@@ -724,7 +724,7 @@ func testLargeBatch(t *testing.T, s sink.Rows) {
 	}
 
 	total := 0
-	for _, w := range []sink.Writer{sink.Fast, sink.Late} {
+	for _, w := range sink.TaggedWriters {
 		for epoch := int64(100); epoch <= 102; epoch++ {
 			for shard := 0; shard < sink.IndexShards; shard++ {
 				ix := sink.IndexKeyOf(epoch, shard)
