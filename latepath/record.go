@@ -8,7 +8,10 @@ const (
 	VerdictDuplicate     = "duplicate"
 	VerdictBeyondHorizon = "beyond_horizon"
 	VerdictGuardExpired  = "guard_expired"
-	InvalidPrefix        = "invalid:"
+	// VerdictInvalid is the verdict of every malformed or impossible
+	// click, counted under it; its records carry InvalidPrefix + reason.
+	VerdictInvalid = "invalid"
+	InvalidPrefix  = VerdictInvalid + ":"
 )
 
 // MaxRaw is the largest raw payload kept in a record of a click that could

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/latepath"
 )
 
 // eventtime.EndOfTime, the watermark of the end of bounded input or of a
@@ -40,15 +41,15 @@ const (
 func (v Verdict) String() string {
 	switch v {
 	case Counted:
-		return "counted"
+		return latepath.VerdictCounted
 	case Late:
-		return "late"
+		return latepath.VerdictLate
 	case Duplicate:
-		return "duplicate"
+		return latepath.VerdictDuplicate
 	case BeyondHorizon:
-		return "beyond_horizon"
+		return latepath.VerdictBeyondHorizon
 	case GuardExpired:
-		return "guard_expired"
+		return latepath.VerdictGuardExpired
 	}
 	return fmt.Sprintf("verdict(%d)", uint8(v))
 }

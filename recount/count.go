@@ -318,7 +318,8 @@ func (r *runner) hour(ctx context.Context, h int64) (HourResult, error) {
 		}
 	}
 	res := HourResult{HourMs: h, Hour: FormatHour(h), Status: "final", Gen: o.Gen, Rows: target.rows,
-		Rejected: map[string]int64{"invalid": target.invalid, "beyond_horizon": target.beyond, "duplicate": target.copies}}
+		Rejected: map[string]int64{latepath.VerdictInvalid: target.invalid,
+			latepath.VerdictBeyondHorizon: target.beyond, latepath.VerdictDuplicate: target.copies}}
 	if o.NoWrite {
 		res.Status = "checked"
 	}

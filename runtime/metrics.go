@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/adclick/adclick/latepath"
 	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/state"
@@ -52,12 +53,12 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_clicks_total", Help: "Clicks read, by verdict (counted, late, duplicate, beyond_horizon, guard_expired, invalid)."}, []string{"verdict"})
 	m := &metrics{
 		records:   records,
-		counted:   records.WithLabelValues("counted"),
-		late:      records.WithLabelValues("late"),
-		duplicate: records.WithLabelValues("duplicate"),
-		beyond:    records.WithLabelValues("beyond_horizon"),
-		guard:     records.WithLabelValues("guard_expired"),
-		invalid:   records.WithLabelValues("invalid"),
+		counted:   records.WithLabelValues(preagg.Counted.String()),
+		late:      records.WithLabelValues(preagg.Late.String()),
+		duplicate: records.WithLabelValues(preagg.Duplicate.String()),
+		beyond:    records.WithLabelValues(preagg.BeyondHorizon.String()),
+		guard:     records.WithLabelValues(preagg.GuardExpired.String()),
+		invalid:   records.WithLabelValues(latepath.VerdictInvalid),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "adclick_lateness_seconds",
 			Help:    "How late late clicks were: the judge time (max of floor and watermark) minus the click's event time.",
 			Buckets: []float64{1, 5, 15, 60, 300, 900, 1800, 3600, 7200}}),
