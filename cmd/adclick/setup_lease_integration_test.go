@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -23,13 +21,7 @@ import (
 // table next to the rows table (TABLE-leases), or the one --lease-table
 // names, idempotently, with the key the lease package uses.
 func TestSetupCreatesLeaseTable(t *testing.T) {
-	endpoint := testenv.DynamoDB(t)
-	cfg, err := config.LoadDefaultConfig(context.Background(), config.WithRegion("us-east-1"),
-		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	c := testenv.DynamoDBClient(t)
 	table := fmt.Sprintf("setup_%d", time.Now().UnixNano())
 	for range 2 { // idempotent
 		out := string(run(t, 0, "setup", "--sink", "dynamodb:"+table))

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/adclick/adclick/internal/testenv"
@@ -22,13 +20,7 @@ import (
 // HASH + entity RANGE, all attributes), idempotently, and that it reports the
 // TTL: the local stand-in has none, which setup says instead of failing.
 func TestSetupCreatesBucketIndex(t *testing.T) {
-	endpoint := testenv.DynamoDB(t)
-	cfg, err := config.LoadDefaultConfig(context.Background(), config.WithRegion("us-east-1"),
-		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	c := testenv.DynamoDBClient(t)
 	table := fmt.Sprintf("setup_ix_%d", time.Now().UnixNano())
 	for range 2 { // idempotent
 		out, errOut := runBoth(t, 0, "setup", "--sink", "dynamodb:"+table)
