@@ -228,7 +228,7 @@ func (s *Server) minutes(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusBadRequest, codeBadTime, "to (%s) must be after from (%s)", fmtTime(to), fmtTime(from)))
 		return
 	}
-	first := eventtime.FloorDiv(from+minuteMs-1, minuteMs) * minuteMs // first minute starting at or after from
+	first := eventtime.Start(from+minuteMs-1, minuteMs) // first minute starting at or after from
 	if n := eventtime.FloorDiv(to-first+minuteMs-1, minuteMs); n > MaxMinutes {
 		writeError(w, errorf(http.StatusBadRequest, codeRangeTooLarge, "range covers %d minutes, more than %d", n, MaxMinutes))
 		return
@@ -251,7 +251,7 @@ func (s *Server) minutes(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			continue
 		}
-		h := eventtime.FloorDiv(m, hourMs) * hourMs
+		h := eventtime.Start(m, hourMs)
 		fin, seen := finalHours[h]
 		if !seen {
 			it, ok, err := s.job.Rows().Get(ctx, sink.Key{Entity: ad, Bucket: sink.HourBucket(h)})

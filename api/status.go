@@ -253,7 +253,7 @@ func (s *Server) statusOf(st runtime.Status, jm jobMetrics) StatusResponse {
 func billingOf(st runtime.Status, jm jobMetrics) Billing {
 	b := Billing{MarginMs: recount.DefaultMarginMs, Notes: []string{}}
 	if st.WatermarkMs != eventtime.NoWatermark {
-		open := eventtime.FloorDiv(st.WatermarkMs+1, hourMs) * hourMs
+		open := eventtime.Start(st.WatermarkMs+1, hourMs)
 		b.OpenFrom = hourOrNil(open)
 		b.ClosedThrough = hourOrNil(open - hourMs)
 	}
@@ -262,7 +262,7 @@ func billingOf(st runtime.Status, jm jobMetrics) Billing {
 			b.HorizonMs = &h
 			if c.Watermark != eventtime.NoWatermark {
 				// The last hour h with h + 1 h + horizon + margin <= watermark.
-				b.ReadyThrough = hourOrNil(eventtime.FloorDiv(c.Watermark-h-recount.DefaultMarginMs-hourMs, hourMs) * hourMs)
+				b.ReadyThrough = hourOrNil(eventtime.Start(c.Watermark-h-recount.DefaultMarginMs-hourMs, hourMs))
 			}
 		}
 	}

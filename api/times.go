@@ -18,8 +18,8 @@ const (
 	hourLayout   = "2006-01-02T15Z"
 	timeLayout   = "2006-01-02T15:04:05.000Z07:00"
 
-	minuteMs = int64(time.Minute / time.Millisecond)
-	hourMs   = int64(time.Hour / time.Millisecond)
+	minuteMs = int64(eventtime.MinuteMs)
+	hourMs   = int64(eventtime.HourMs)
 )
 
 // parseTime parses a time in one of the accepted formats and returns it as
@@ -49,7 +49,7 @@ func parseHour(s string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if eventtime.FloorDiv(ms, hourMs)*hourMs != ms {
+	if eventtime.Start(ms, hourMs) != ms {
 		return 0, fmt.Errorf("time %q is not the start of an hour (want e.g. 2026-11-29T10Z)", s)
 	}
 	return ms, nil

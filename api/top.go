@@ -82,7 +82,7 @@ func (s *Server) topAds(w http.ResponseWriter, r *http.Request) {
 	resp := &TopResponse{Epochs: []int64{}, Ads: []TopAd{}}
 	since := int64(-1 << 62)
 	if st.WatermarkMs != eventtime.NoWatermark {
-		since = eventtime.FloorDiv(st.WatermarkMs, minuteMs)*minuteMs - minuteMs
+		since = eventtime.Start(st.WatermarkMs, minuteMs) - minuteMs
 		m := fmtMinute(since)
 		resp.Since = &m
 	}

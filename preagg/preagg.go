@@ -208,7 +208,7 @@ func (p *PreAgg) Stats() Stats { return p.stats }
 
 // WindowStart returns the start of the window holding t.
 func (p *PreAgg) WindowStart(t int64) int64 {
-	return eventtime.FloorDiv(t, p.o.WindowMs) * p.o.WindowMs
+	return eventtime.Start(t, p.o.WindowMs)
 }
 
 // Add judges one valid click (its EventMs already clamped) whose click id is

@@ -275,7 +275,7 @@ func (s *Story) start(procMs int64) {
 	s.started = true
 	s.procMs = procMs
 	iv := s.o.WatermarkIntervalMs
-	s.nextTick = eventtime.FloorDiv(procMs, iv)*iv + iv
+	s.nextTick = eventtime.Start(procMs, iv) + iv
 }
 
 var errCrashed = errors.New("story: the job has crashed; restore a checkpoint first")
