@@ -59,6 +59,10 @@
 // when none is idle, so that clients which connect and linger cannot use
 // up the descriptors the job's stores need.
 //
+// Client is the other side, as the operator commands use it: Fetch, Call
+// and Status send a request with the bearer token and a timeout, and turn
+// an error answer into a *StatusError with the API's code and message.
+//
 // A Server samples the job's status once a second for the charts and the
 // checkpoint history, in a goroutine that Close stops. The status reads
 // the job's verdict, checkpoint, sink and recount counts from

@@ -51,14 +51,29 @@ var _ Store = (*Local)(nil)
 
 // NewLocal returns a Local store rooted at root, creating it if needed.
 func NewLocal(root string, o Options) (*Local, error) {
+	return localAt(root, o, true)
+}
+
+// OpenLocal returns the Local store rooted at root, for a reader that must
+// not create one: unlike NewLocal it creates no folder, and it returns an
+// error wrapping fs.ErrNotExist if root holds no checkpoints folder.
+func OpenLocal(root string, o Options) (*Local, error) {
+	return localAt(root, o, false)
+}
+
+func localAt(root string, o Options, create bool) (*Local, error) {
 	o.EnsureDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{"checkpoints", "savepoints"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			return nil, fmt.Errorf("ckptstore: %w", err)
+	if create {
+		for _, d := range []string{"checkpoints", "savepoints"} {
+			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+				return nil, fmt.Errorf("ckptstore: %w", err)
+			}
 		}
+	} else if _, err := os.Stat(filepath.Join(root, "checkpoints")); err != nil {
+		return nil, fmt.Errorf("ckptstore: open: %w", err)
 	}
 	m, err := newMetrics(o.Registerer, "local")
 	if err != nil {

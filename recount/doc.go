@@ -36,7 +36,9 @@
 // column by column, without an allocation per row, and counts over compact
 // records sorted by a hash of the click id (radix sort, merges), not maps. Judge documents how the batch decides
 // what the stream decides with its watermark. Reconcile compares the
-// recount with the stream's rows and verdicts per (ad, hour).
+// recount with the stream's rows and verdicts per (ad, hour). SelectHours
+// turns an operator's choice (one hour, a range, every hour that is final)
+// into the hours to recount.
 //
 // # Driving it from the runtime
 //

@@ -270,3 +270,28 @@ func stateFiles(dir string) map[string]int64 {
 	}
 	return out
 }
+
+// LatestMeta reads the metadata of the newest complete checkpoint in st
+// (complete as the store defines it: Store.Latest), its meta.json checked
+// against the checkpoint's manifest; found is false if st holds none. It
+// reads that one file, not the state: it is for readers of the job's
+// watermark and settings, such as the batch recount, not for a restore
+// (which also skips a checkpoint whose files do not verify). Safe for
+// concurrent use as st is.
+func LatestMeta(ctx context.Context, st ckptstore.Store) (m Meta, found bool, err error) {
+	id, ok, err := st.Latest(ctx, ckptstore.Checkpoint)
+	if err != nil {
+		return Meta{}, false, fmt.Errorf("runtime: latest checkpoint: %w", err)
+	}
+	if !ok {
+		return Meta{}, false, nil
+	}
+	b, err := st.ReadFile(ctx, id, ckptstore.Checkpoint, "meta.json")
+	if err != nil {
+		return Meta{}, false, fmt.Errorf("runtime: read checkpoint %d: %w", id, err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Meta{}, false, fmt.Errorf("runtime: checkpoint %d: meta.json: %w: %w", id, ckptstore.ErrCorrupt, err)
+	}
+	return m, true, nil
+}

@@ -5,13 +5,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/adclick/adclick/eventtime"
 	"github.com/adclick/adclick/preagg"
+	"io"
 	"log/slog"
 	"math"
 	"runtime"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,7 +19,7 @@ import (
 	"github.com/adclick/adclick/clock"
 	"github.com/adclick/adclick/flush"
 	"github.com/adclick/adclick/ingest"
-	"github.com/adclick/adclick/ingest/kinesis"
+	"github.com/adclick/adclick/ingest/source"
 	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/windowing"
@@ -31,14 +30,12 @@ type Config struct {
 	// DataDir holds state, checkpoints, the embedded store and the
 	// exceptions log. Default "./adclick-data".
 	DataDir string
-	// Source is "gen" (the built-in generator, in real time), or
-	// "file:PATH" (a JSON Lines replay with arrival_ms as a virtual clock).
-	// Default "gen".
+	// OpenSource opens what the job reads, at the restored checkpoint's
+	// positions (source.File, source.Gen, kinesis.Opener, ...). Required.
+	OpenSource source.Open
+	// Source names the source in the status and the logs, such as "gen",
+	// "file:PATH" or "kinesis:STREAM".
 	Source string
-	// Gen configures the generator source.
-	Gen ingest.GenOptions
-	// Kinesis configures a "kinesis:STREAM" source.
-	Kinesis KinesisConfig
 	// ExitWhenIdle > 0 stops a real-time job once the source is caught up
 	// and no record came for that long (with a final checkpoint).
 	ExitWhenIdle time.Duration
@@ -61,17 +58,22 @@ type Config struct {
 	// DataDir).
 	SavepointStore ckptstore.Store
 
-	// AllowanceMs is the out-of-orderness allowance; nil means the default,
+	// AllowanceMs is the out-of-orderness allowance, for the watermarks
+	// and the pre-aggregators' horizon check alike; nil means the default,
 	// 5,000. Zero is a real allowance (the watermark trails the newest
 	// event by 1 ms), so it is a pointer: unset and zero differ.
-	AllowanceMs          *int64
-	WatermarkIntervalMs  int64 // watermark emission; default 200
-	IdleMs               int64 // shard idleness; default 30,000
-	WindowMs             int64 // window size; default 60,000
-	HorizonMs            int64 // acceptance horizon; default 7,200,000
-	GuardMs              int64 // dedup guard; default 93,600,000
-	PreaggFlushMs        int64 // pre-aggregation buffer; default 500
-	EarlyFiringMs        int64 // running totals; default 1,000
+	AllowanceMs *int64
+	// Watermarks configures the per-shard watermarks (IntervalMs, default
+	// 200; IdleMs, default 30,000): their defaults and validation are
+	// ingest's. Its AllowanceMs is set from AllowanceMs.
+	Watermarks ingest.WatermarkOptions
+	// PreAgg configures the pre-aggregators (WindowMs, default 60,000;
+	// HorizonMs, 7,200,000; GuardMs, 93,600,000; FlushIntervalMs, 500):
+	// their defaults and validation are preagg's. Its AllowanceMs and
+	// NoDedup are set from the fields here.
+	PreAgg preagg.Options
+	// EarlyFiringMs is the interval of running totals; default 1,000.
+	EarlyFiringMs        int64
 	CheckpointIntervalMs int64 // default 30,000
 	// CheckpointTimeoutMs bounds how long checkpoints may keep failing (a
 	// failed one is retried with backoff meanwhile) before the job exits
@@ -89,7 +91,9 @@ type Config struct {
 	// the job ends with the error. Default 300,000 (5 minutes).
 	SinkOutageMs int64
 	// FlushWritesPerSec limits the full flush's own writes; default 500 for
-	// an external row store (DynamoDB), unlimited for the embedded one.
+	// a row store given as Rows (DynamoDB, shared with live output),
+	// unlimited for sinks from OpenSinks (the embedded store, which shares
+	// no capacity).
 	FlushWritesPerSec float64
 	// DedupMemoryBytes bounds the memory of the dedup filters, shared
 	// evenly by the pre-aggregator subtasks (state.Dedup.SetFilterBudget).
@@ -139,29 +143,17 @@ type Config struct {
 	// it. nil: the data dir's lock alone (one machine).
 	Lease *LeaseConfig
 
-	// Retention is how long rows are kept after their bucket ends
-	// (sink.Retention: zero fields take its defaults, 35 days for minute
-	// rows and 400 for hour rows). The embedded store under DataDir/store
-	// expires by it; an external Rows is built with it by the caller.
-	Retention sink.Retention
-
-	// Rows and Totals are the sinks; nil selects the embedded store under
-	// DataDir/store.
-	Rows   sink.Rows
-	Totals sink.Totals
+	// Rows and Totals are the sinks. When Rows is nil, OpenSinks opens
+	// them once the job holds its data dir (the embedded store under
+	// DataDir/store: embedded.Opener), and Close closes them; a Totals set
+	// here is used instead of the one OpenSinks returns.
+	Rows      sink.Rows
+	Totals    sink.Totals
+	OpenSinks func() (sink.Rows, sink.Totals, io.Closer, error)
 
 	Clock      clock.Clock // processing time of a real-time source; default the wall clock
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
-}
-
-// KinesisConfig configures the Kinesis source.
-type KinesisConfig struct {
-	// API is the Kinesis client (a *kinesis.Client, or a test double).
-	API kinesis.API
-	// Options are the reader's options; Stream, Positions, Registerer and
-	// Logger are set by the runtime.
-	Options kinesis.Options
 }
 
 // DefaultDedupMemoryBytes is Config.DedupMemoryBytes's default.
@@ -177,9 +169,6 @@ func (c *Config) EnsureDefaults() {
 	if c.DataDir == "" {
 		c.DataDir = "./adclick-data"
 	}
-	if c.Source == "" {
-		c.Source = "gen"
-	}
 	if c.Parallelism == 0 {
 		c.Parallelism = min(runtime.NumCPU(), windowing.MaxParallelism)
 	}
@@ -187,12 +176,10 @@ func (c *Config) EnsureDefaults() {
 	if c.AllowanceMs == nil {
 		c.AllowanceMs = new(ingest.DefaultAllowanceMs)
 	}
-	def(&c.WatermarkIntervalMs, 200)
-	def(&c.IdleMs, 30_000)
-	def(&c.WindowMs, 60_000)
-	def(&c.HorizonMs, preagg.DefaultHorizonMs)
-	def(&c.GuardMs, preagg.DefaultGuardMs)
-	def(&c.PreaggFlushMs, 500)
+	c.Watermarks.AllowanceMs = *c.AllowanceMs
+	c.Watermarks.EnsureDefaults()
+	c.PreAgg.AllowanceMs, c.PreAgg.NoDedup = *c.AllowanceMs, c.NoDedup
+	c.PreAgg.EnsureDefaults()
 	def(&c.EarlyFiringMs, 1_000)
 	def(&c.CheckpointIntervalMs, 30_000)
 	def(&c.CheckpointPauseMs, min(5_000, c.CheckpointIntervalMs/2))
@@ -206,7 +193,7 @@ func (c *Config) EnsureDefaults() {
 		// The limit keeps the flush from taking live output's write
 		// capacity in a shared store; the embedded store has none to share.
 		c.FlushWritesPerSec = 500
-		if c.Rows == nil {
+		if c.Rows == nil && c.OpenSinks != nil {
 			c.FlushWritesPerSec = math.Inf(1)
 		}
 	}
@@ -233,30 +220,33 @@ func (c *Config) Validate() error {
 	if c.Parallelism < 1 || c.Parallelism > windowing.MaxParallelism {
 		errs = append(errs, fmt.Errorf("parallelism %d must be in 1..%d (the key-group ceiling)", c.Parallelism, windowing.MaxParallelism))
 	}
-	if c.Source != "gen" && !strings.HasPrefix(c.Source, "file:") && !strings.HasPrefix(c.Source, "kinesis:") {
-		errs = append(errs, fmt.Errorf("source %q: want gen, file:PATH or kinesis:STREAM", c.Source))
+	if c.OpenSource == nil {
+		errs = append(errs, errors.New("no source: OpenSource is required"))
 	}
-	if c.Source == "file:" || c.Source == "kinesis:" {
-		errs = append(errs, fmt.Errorf("source %s needs a name", c.Source))
+	if c.Rows == nil && c.OpenSinks == nil {
+		errs = append(errs, errors.New("no row store: set Rows or OpenSinks"))
 	}
 	for _, v := range []struct {
 		name string
 		v    int64
 	}{
-		{"allowance", c.allowance()}, {"watermark interval", c.WatermarkIntervalMs}, {"idle timeout", c.IdleMs},
-		{"window", c.WindowMs}, {"horizon", c.HorizonMs}, {"guard", c.GuardMs}, {"pre-aggregation buffer", c.PreaggFlushMs},
 		{"early firing", c.EarlyFiringMs}, {"checkpoint interval", c.CheckpointIntervalMs},
 		{"checkpoint timeout", c.CheckpointTimeoutMs}, {"sink outage", c.SinkOutageMs},
 	} {
-		if v.v < 0 || (v.v == 0 && v.name != "allowance") {
+		if v.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s %d ms must be positive", v.name, v.v))
 		}
 	}
-	if c.WindowMs > 0 && eventtime.HourMs%c.WindowMs != 0 {
-		errs = append(errs, fmt.Errorf("window %d ms must divide an hour", c.WindowMs))
+	// The components' own rules, every problem reported.
+	wo := c.Watermarks
+	wo.AllowanceMs = c.allowance()
+	if err := wo.Validate(); err != nil {
+		errs = append(errs, err)
 	}
-	if c.GuardMs < c.HorizonMs {
-		errs = append(errs, fmt.Errorf("guard %d ms must be at least the horizon %d ms", c.GuardMs, c.HorizonMs))
+	po := c.PreAgg
+	po.AllowanceMs = c.allowance()
+	if err := po.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.CheckpointPauseMs < 0 {
 		errs = append(errs, fmt.Errorf("checkpoint pause %d ms must not be negative", c.CheckpointPauseMs))
@@ -293,8 +283,8 @@ const stateFormat = 1
 // group), nor are timing settings such as the allowance.
 func (c *Config) fingerprint() (sum string, desc string) {
 	desc = "format=" + strconv.Itoa(stateFormat) +
-		" window_ms=" + strconv.FormatInt(c.WindowMs, 10) +
-		" horizon_ms=" + strconv.FormatInt(c.HorizonMs, 10) +
+		" window_ms=" + strconv.FormatInt(c.PreAgg.WindowMs, 10) +
+		" horizon_ms=" + strconv.FormatInt(c.PreAgg.HorizonMs, 10) +
 		" max_parallelism=" + strconv.Itoa(windowing.MaxParallelism) +
 		" dedup=" + strconv.FormatBool(!c.NoDedup)
 	h := sha256.Sum256([]byte(desc))

@@ -1,7 +1,10 @@
-// Package runtime runs the job: it wires the deterministic core (ingest,
-// preagg, windowing, latepath) into goroutines connected by bounded
-// channels, takes aligned checkpoints, restores them and runs the full
-// flush on every start.
+// Package runtime runs the job: it runs the subtask machines of package
+// operator (which hold every decision: watermarks, routing, verdicts,
+// windows, what to write and when) in goroutines connected by bounded
+// channels, with Pebble, the sinks and the lake behind them; it takes
+// aligned checkpoints, restores them and runs the full flush on every
+// start. The scenario harness internal/story steps the same machines on one
+// goroutine.
 //
 // The graph on one machine:
 //

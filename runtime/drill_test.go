@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"github.com/adclick/adclick/ingest"
 	"math/big"
 	"slices"
 	"strconv"
@@ -59,9 +60,10 @@ func drill(t *testing.T, idleMs int64, warm, stall time.Duration) ([]float64, St
 	reg := prometheus.NewRegistry()
 	cfg := Config{
 		DataDir: t.TempDir(), Source: "kinesis:" + stream, Parallelism: 2, Registerer: reg,
-		AllowanceMs: new(int64(100)), WatermarkIntervalMs: 50, IdleMs: idleMs, CheckpointIntervalMs: 600_000,
-		Kinesis: KinesisConfig{API: api, Options: kinesis.Options{MinCallInterval: 5 * time.Millisecond, PollInterval: 10 * time.Millisecond}},
+		AllowanceMs: new(int64(100)), Watermarks: ingest.WatermarkOptions{IntervalMs: 50, IdleMs: idleMs}, CheckpointIntervalMs: 600_000,
+		OpenSource: kinesis.Opener(api, kinesis.Options{Stream: stream, MinCallInterval: 5 * time.Millisecond, PollInterval: 10 * time.Millisecond}),
 	}
+	cfg.OpenSinks = embeddedSinks(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	j, err := Open(ctx, cfg)

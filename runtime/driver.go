@@ -14,10 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adclick/adclick/ingest"
-	"github.com/adclick/adclick/ingest/kinesis"
-	"github.com/adclick/adclick/latepath"
+	"github.com/adclick/adclick/ingest/source"
+	"github.com/adclick/adclick/operator"
 	"github.com/adclick/adclick/recount"
-	"github.com/adclick/adclick/windowing"
 )
 
 // driver reads the source, decodes and validates each record, clamps its
@@ -26,28 +25,22 @@ import (
 // goroutine, so every pre-aggregator sees the same watermarks and barriers
 // in the same order relative to its clicks.
 type driver struct {
-	j        *Job
-	src      source
-	wms      *ingest.Watermarks
-	batches  [][]ingest.Click
-	procMs   int64
-	nextTick int64
-	lastCkpt int64 // processing time the last checkpoint began (or the job started)
-	// lastCkptEnd is the processing time the last checkpoint completed:
-	// the next begins no sooner than CheckpointPauseMs after it (Flink's
-	// minimum pause), so a checkpoint slower than its interval does not run
-	// back to back with the next and leaves the graph time to process.
-	lastCkptEnd int64
-	virtual     bool // the source drives a virtual clock (file replay)
-	preflushed  bool // the state was flushed ahead of the next checkpoint
-	records     int64
-	invalid     int64
-	blocked     prometheus.Counter
-	lake        *recount.Writer
-	lakeEpoch   int64
-	lastRecord  int64 // processing time of the last record (real-time sources)
-	forgotten   int64 // epochs below this are forgotten by the totals store
-	eof         bool  // the source ended (bounded input read to its end)
+	j   *Job
+	src source.Source
+	// sm decides: watermarks and their tick, the routing of clicks, the
+	// records of invalid ones.
+	sm *operator.Source
+	// sched decides when periodic checkpoints begin.
+	sched      operator.Schedule
+	virtual    bool // the source drives a virtual clock (file replay)
+	records    int64
+	invalid    int64
+	blocked    prometheus.Counter
+	lake       *recount.Writer
+	lakeEpoch  int64
+	lastRecord int64 // processing time of the last record (real-time sources)
+	forgotten  int64 // epochs below this are forgotten by the totals store
+	eof        bool  // the source ended (bounded input read to its end)
 	// wipes watches the running-total store for a loss of its data (nil
 	// unless the store can tell, as sink/valkey's can).
 	wipes *wipeWatch
@@ -57,16 +50,30 @@ type driver struct {
 	ckptFails   int
 	ckptRetryAt int64
 	failSince   time.Time
-	rec         latepath.Record
 	c           ingest.Click
 }
 
-func newDriver(j *Job, src source) *driver {
+func newDriver(j *Job, src source.Source) (*driver, error) {
+	sm, err := operator.NewSource(operator.SourceOptions{
+		Watermarks: j.cfg.Watermarks,
+		Pres:       len(j.pres), BatchSize: j.cfg.BatchSize,
+		NewBatch: func() []ingest.Click {
+			select {
+			case b := <-j.freeBatches:
+				return b
+			default:
+				return make([]ingest.Click, 0, j.cfg.BatchSize)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
 	d := &driver{
 		j:         j,
 		src:       src,
-		wms:       ingest.NewWatermarks(ingest.WatermarkOptions{AllowanceMs: j.cfg.allowance(), IntervalMs: j.cfg.WatermarkIntervalMs, IdleMs: j.cfg.IdleMs}),
-		batches:   make([][]ingest.Click, len(j.pres)),
+		sm:        sm,
+		sched:     operator.Schedule{IntervalMs: j.cfg.CheckpointIntervalMs, PauseMs: j.cfg.CheckpointPauseMs},
 		lake:      j.sourceLake,
 		blocked:   j.m.blocked.WithLabelValues("source"),
 		lakeEpoch: j.c,
@@ -77,17 +84,17 @@ func newDriver(j *Job, src source) *driver {
 	// registers shards only at their first record). Each starts without a
 	// watermark and goes idle as usual.
 	for _, id := range j.restored.Shards {
-		d.wms.AddShard(id, 0)
+		d.sm.AddShard(id, 0)
 	}
-	return d
+	return d, nil
 }
 
 // run drives the graph. ctx is the caller's (cancel = stop with a final
 // checkpoint); runCtx is the graph's (cancelled when a subtask fails).
 func (d *driver) run(ctx, runCtx context.Context) error {
-	virtual := d.src.virtual()
+	virtual := d.src.Virtual()
 	d.virtual = virtual
-	if w, ok := d.j.plainTotals.(wipeDetector); ok {
+	if w, ok := d.j.plainTotals.(WipeDetector); ok {
 		d.wipes = startWipeWatch(runCtx, d.j, w, virtual)
 		defer d.wipes.stop()
 	}
@@ -120,9 +127,9 @@ func (d *driver) run(ctx, runCtx context.Context) error {
 				d.j.log.Info("source caught up and idle: stopping", "idle_for", d.j.cfg.ExitWhenIdle)
 				return d.stop(runCtx, d.j.cfg.Drain)
 			}
-			wait = time.Duration(max(d.nextTick-now, 1)) * time.Millisecond
+			wait = time.Duration(max(d.sm.NextTick()-now, 1)) * time.Millisecond
 		}
-		r, ok, err := d.src.next(ctx, wait)
+		r, ok, err := d.src.Next(ctx, wait)
 		if errors.Is(err, io.EOF) {
 			d.eof = true
 			return d.stop(runCtx, true)
@@ -133,9 +140,9 @@ func (d *driver) run(ctx, runCtx context.Context) error {
 		if !ok {
 			continue
 		}
-		if r.event != "" {
+		if r.Event != source.NoEvent {
 			d.shardEvent(r)
-			d.src.routed()
+			d.src.Routed()
 			continue
 		}
 		if err := d.consume(runCtx, r, virtual); errors.Is(err, errStopped) {
@@ -145,7 +152,7 @@ func (d *driver) run(ctx, runCtx context.Context) error {
 		} else if err != nil {
 			return err
 		}
-		d.src.routed()
+		d.src.Routed()
 		d.records++
 		if !virtual {
 			d.lastRecord = d.j.cfg.Clock.NowMs()
@@ -162,53 +169,51 @@ func (d *driver) idleExit(now int64) bool {
 	if idle <= 0 || now-d.lastRecord < idle.Milliseconds() {
 		return false
 	}
-	cu, ok := d.src.(interface{ caughtUp() bool })
-	return !ok || cu.caughtUp()
+	cu, ok := d.src.(source.CaughtUpper)
+	return !ok || cu.CaughtUp()
 }
 
-func (d *driver) shardEvent(r record) {
-	switch r.event {
-	case kinesis.EventShardAdded:
-		d.wms.AddShard(r.shard, d.procMs)
-	case kinesis.EventShardClosed:
-		d.wms.CloseShard(r.shard)
+func (d *driver) shardEvent(r source.Record) {
+	switch r.Event {
+	case source.ShardAdded:
+		d.sm.AddShard(r.Shard, d.sm.ProcMs())
+	case source.ShardClosed:
+		d.sm.CloseShard(r.Shard)
 	}
 }
 
 func (d *driver) start(procMs int64) {
-	d.procMs = procMs
-	iv := d.j.cfg.WatermarkIntervalMs
-	d.nextTick = (procMs/iv + 1) * iv
-	d.lastCkpt = procMs
+	d.sm.Start(procMs)
+	d.sched.Start(procMs)
 }
 
 // consume decodes one record and routes it.
-func (d *driver) consume(ctx context.Context, r record, virtual bool) error {
+func (d *driver) consume(ctx context.Context, r source.Record, virtual bool) error {
 	c := &d.c
 	var reason ingest.Reason
-	if r.bad != "" {
+	if r.Bad != "" {
 		*c = ingest.Click{}
-		reason = ingest.Reason(r.bad)
+		reason = ingest.Reason(r.Bad)
 	} else {
-		reason = ingest.Decode(r.line, c)
+		reason = ingest.Decode(r.Line, c)
 	}
-	if r.truncated && reason == "" {
+	if r.Truncated && reason == "" {
 		reason = ingest.ReasonMalformedJSON
 	}
-	if r.shard != "" {
-		c.Shard = r.shard
+	if r.Shard != "" {
+		c.Shard = r.Shard
 	}
-	c.Seq = r.seq
+	c.Seq = r.Seq
 	if reason == "" {
-		if r.arrivalMs != 0 {
-			reason = c.Finish(r.arrivalMs)
+		if r.ArrivalMs != 0 {
+			reason = c.Finish(r.ArrivalMs)
 		} else {
 			reason = c.FinishLine()
 		}
 	}
 	if virtual {
 		if c.HasArrival && c.ArrivalMs > 0 {
-			if d.procMs == 0 {
+			if !d.sm.Started() {
 				d.start(c.ArrivalMs - 1)
 			}
 			// One line moves the virtual clock by at most maxVirtualStepMs:
@@ -216,7 +221,7 @@ func (d *driver) consume(ctx context.Context, r record, virtual bool) error {
 			// 9999) must not switch the dedup guard on for every later
 			// line, nor make the tick loop run for ever. A real gap in the
 			// file is caught up over the following lines.
-			if err := d.advance(ctx, min(c.ArrivalMs, eventtime.SatAdd(d.procMs, maxVirtualStepMs))); err != nil {
+			if err := d.advance(ctx, min(c.ArrivalMs, eventtime.SatAdd(d.sm.ProcMs(), maxVirtualStepMs))); err != nil {
 				return err
 			}
 		}
@@ -224,101 +229,88 @@ func (d *driver) consume(ctx context.Context, r record, virtual bool) error {
 	if reason != "" {
 		d.invalid++
 		d.j.m.invalid.Inc()
-		rec := &d.rec
-		*rec = latepath.Record{Verdict: latepath.InvalidPrefix + string(reason), ClickID: c.ClickID, AdID: c.AdID,
-			CampaignID: c.CampaignID, DeviceID: c.DeviceID, ImpressionMs: c.ImpressionMs, DeviceMs: c.DeviceMs,
-			ArrivalMs: c.ArrivalMs, SpendMicros: c.SpendMicros, Shard: c.Shard, Seq: r.seq}
-		if rec.ArrivalMs == 0 {
-			rec.ArrivalMs = r.arrivalMs
+		if c.ArrivalMs == 0 {
+			c.ArrivalMs = r.ArrivalMs
 		}
 		// The payload as read, for every invalid record: a line that
 		// parses but fails validation ("spend_micros":"100") keeps what it
-		// said, not the zero it was decoded to. At most MaxRaw bytes.
-		rec.Raw = string(r.line[:min(len(r.line), latepath.MaxRaw)])
-		d.lake.Add(rec)
+		// said, not the zero it was decoded to.
+		d.sm.Reject(c, reason, r.Line)
+		if err := d.deliver(ctx, nil); err != nil {
+			return err
+		}
 		return d.lake.Spill(ctx, d.lakeEpoch)
 	}
-	d.wms.Observe(c.Shard, c.EventMs, d.procMs)
-	o := windowing.Owner(windowing.KeyGroup(c.ClickID), len(d.batches))
-	d.batches[o] = append(d.batches[o], *c)
-	if len(d.batches[o]) >= d.j.cfg.BatchSize {
-		return d.sendBatch(ctx, o)
-	}
-	return nil
+	d.sm.Click(c)
+	return d.deliver(ctx, nil)
 }
 
-func (d *driver) sendBatch(ctx context.Context, o int) error {
-	if len(d.batches[o]) == 0 {
+// deliver carries out the source machine's Ready: the records of invalid
+// clicks go to the lake, the messages to the pre-aggregators in order (b is
+// the barrier a Barrier message carries).
+func (d *driver) deliver(ctx context.Context, b *barrier) error {
+	rd := d.sm.Ready()
+	if len(rd.Sends) == 0 && len(rd.Lake) == 0 {
 		return nil
 	}
-	err := sendTimed(ctx, d.j.pres[o].in, toPre{kind: mClicks, clicks: d.batches[o], procMs: d.procMs, sentNs: time.Now().UnixNano()}, d.blocked)
-	select {
-	case b := <-d.j.freeBatches:
-		d.batches[o] = b
-	default:
-		d.batches[o] = make([]ingest.Click, 0, d.j.cfg.BatchSize)
+	defer d.sm.Advance()
+	for i := range rd.Lake {
+		d.lake.Add(&rd.Lake[i])
 	}
-	return err
-}
-
-func (d *driver) flushBatches(ctx context.Context) error {
-	for o := range d.batches {
-		if err := d.sendBatch(ctx, o); err != nil {
+	for _, snd := range rd.Sends {
+		m := toPre{Msg: snd.Msg}
+		var err error
+		switch snd.Msg.Kind {
+		case operator.Clicks:
+			m.sentNs = time.Now().UnixNano()
+			err = sendTimed(ctx, d.j.pres[snd.To].in, m, d.blocked)
+		case operator.Barrier:
+			m.barrier = b
+			fallthrough
+		default:
+			err = send(ctx, d.j.pres[snd.To].in, m)
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (d *driver) broadcast(ctx context.Context, m toPre) error {
-	if err := d.flushBatches(ctx); err != nil {
-		return err
-	}
-	for _, p := range d.j.pres {
-		if err := send(ctx, p.in, m); err != nil {
-			return err
-		}
-	}
-	return nil
+// broadcast sends m to every pre-aggregator, after the clicks buffered for
+// them.
+func (d *driver) broadcast(ctx context.Context, m operator.Msg) error {
+	d.sm.Broadcast(m)
+	return d.deliver(ctx, nil)
 }
 
 // advance moves processing time to now, running every watermark emission
 // tick (and any due checkpoint) on the way, each at its own time.
 func (d *driver) advance(ctx context.Context, now int64) error {
-	for d.nextTick <= now {
-		t := d.nextTick
-		d.nextTick += d.j.cfg.WatermarkIntervalMs
-		if err := d.tick(ctx, t); err != nil {
+	for d.sm.NextTick() <= now {
+		if err := d.tick(ctx); err != nil {
 			return err
 		}
 	}
-	if now > d.procMs {
-		d.procMs = now
-	}
+	d.sm.Move(now)
 	return nil
 }
 
-func (d *driver) tick(ctx context.Context, t int64) error {
+func (d *driver) tick(ctx context.Context) error {
 	d.j.beat()
-	d.procMs = max(d.procMs, t)
-	wm, advanced := d.wms.Tick(t)
-	kind := mTick
-	if advanced {
-		kind = mWatermark
-	}
-	if err := d.broadcast(ctx, toPre{kind: kind, wm: wm, procMs: t}); err != nil {
+	t, wm, _ := d.sm.Tick()
+	if err := d.deliver(ctx, nil); err != nil {
 		return err
 	}
 	d.publish(t, wm)
 	if d.wipes.lost() {
 		// The store lost its data: the open windows' totals now, from state.
-		if err := d.broadcast(ctx, toPre{kind: mTotalsLost, procMs: t}); err != nil {
+		if err := d.broadcast(ctx, operator.Msg{Kind: operator.TotalsLost, ProcMs: t}); err != nil {
 			return err
 		}
 	}
 	if !d.j.cfg.NoCheckpoint {
-		iv := d.j.cfg.CheckpointIntervalMs
-		if t-d.lastCkpt >= iv && t-d.lastCkptEnd >= d.j.cfg.CheckpointPauseMs {
+		if d.sched.Due(t) {
 			if t >= d.ckptRetryAt {
 				if _, err := d.checkpoint(ctx, t, false); err != nil {
 					if err := d.checkpointFailed(ctx, t, err); err != nil {
@@ -326,13 +318,12 @@ func (d *driver) tick(ctx context.Context, t int64) error {
 					}
 				}
 			}
-		} else if !d.preflushed && t-d.lastCkpt >= iv-iv/10 {
+		} else if d.sched.PreflushDue(t) {
 			// A tenth of the interval before the checkpoint, write the
 			// state's memtable out while the graph runs: the checkpoint,
 			// which stops the graph, then flushes only the rest.
 			// Only a speed-up: a failure leaves the whole flush to the
 			// checkpoint.
-			d.preflushed = true
 			if err := d.j.st.FlushSoon(); err != nil {
 				d.j.log.Warn("early state flush failed; the checkpoint flushes everything", "err", err)
 			}
@@ -383,7 +374,7 @@ func (d *driver) checkpointRetry(ctx context.Context, final, savepoint bool) (Me
 	start := time.Now()
 	timeout := time.Duration(d.j.cfg.CheckpointTimeoutMs) * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		m, loc, err := d.checkpointAs(ctx, d.procMs, final, savepoint)
+		m, loc, err := d.checkpointAs(ctx, d.sm.ProcMs(), final, savepoint)
 		if err == nil || ctx.Err() != nil {
 			return m, loc, err
 		}
@@ -410,7 +401,7 @@ func (d *driver) control(ctx context.Context, r ctlReq) error {
 	case ctlSavepoint:
 		// A failed savepoint is the operator's to retry; the job goes on
 		// (a broken graph ends it at the next step anyway).
-		resp.meta, resp.path, resp.err = d.checkpointAs(ctx, d.procMs, false, true)
+		resp.meta, resp.path, resp.err = d.checkpointAs(ctx, d.sm.ProcMs(), false, true)
 		r.reply <- resp
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -419,9 +410,9 @@ func (d *driver) control(ctx context.Context, r ctlReq) error {
 	case ctlStop:
 		resp.meta, resp.path, resp.err = d.checkpointRetry(ctx, true, r.savepoint)
 	case ctlRewrite:
-		resp.err = d.broadcast(ctx, toPre{kind: mRewrite, procMs: d.procMs})
+		resp.err = d.broadcast(ctx, operator.Msg{Kind: operator.Rewrite})
 	case ctlCheckpoint:
-		resp.meta, resp.path, resp.err = d.checkpointAs(ctx, d.procMs, false, false)
+		resp.meta, resp.path, resp.err = d.checkpointAs(ctx, d.sm.ProcMs(), false, false)
 		r.reply <- resp
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -444,7 +435,8 @@ func (d *driver) publish(t, wm int64) {
 	if wm != eventtime.NoWatermark {
 		d.j.m.watermarkLag.Set(float64(lag) / 1000)
 	}
-	for _, sh := range d.wms.Shards() {
+	shards := d.sm.Watermarks().Shards()
+	for _, sh := range shards {
 		d.j.m.shardWatermark.WithLabelValues(sh.ID).Set(unixSeconds(sh.Watermark))
 		idle := 0.0
 		if sh.Idle || sh.Closed {
@@ -458,7 +450,7 @@ func (d *driver) publish(t, wm int64) {
 	d.j.status.WatermarkLagMs = lag
 	d.j.status.Records = d.records
 	d.j.status.Invalid = d.invalid
-	d.j.status.Shards = d.wms.Shards()
+	d.j.status.Shards = shards
 	d.j.mu.Unlock()
 }
 
@@ -466,11 +458,11 @@ func (d *driver) publish(t, wm int64) {
 // every window first; then a final checkpoint; then the graph is drained.
 func (d *driver) stop(ctx context.Context, endOfInput bool) error {
 	if endOfInput {
-		wm := d.wms.Final()
-		if err := d.broadcast(ctx, toPre{kind: mWatermark, wm: wm, procMs: d.procMs}); err != nil {
+		wm := d.sm.Final()
+		if err := d.deliver(ctx, nil); err != nil {
 			return err
 		}
-		d.publish(d.procMs, wm)
+		d.publish(d.sm.ProcMs(), wm)
 	}
 	return d.stopBefore(ctx)
 }
@@ -486,7 +478,7 @@ func (d *driver) stopBefore(ctx context.Context) error {
 
 // drain ends every subtask after the final checkpoint.
 func (d *driver) drain(ctx context.Context) error {
-	if err := d.broadcast(ctx, toPre{kind: mEnd, procMs: d.procMs}); err != nil {
+	if err := d.broadcast(ctx, operator.Msg{Kind: operator.End}); err != nil {
 		return err
 	}
 	return d.lake.Flush(ctx, d.lakeEpoch)
@@ -522,22 +514,24 @@ func (d *driver) checkpointOnce(ctx context.Context, procMs int64, final, savepo
 	if err := j.ckpts.setHigh(ctx, id); err != nil {
 		return Meta{}, "", err
 	}
-	if err := d.flushBatches(ctx); err != nil {
+	d.sm.Flush()
+	if err := d.deliver(ctx, nil); err != nil {
 		return Meta{}, "", err
 	}
-	positions := d.src.positions()
+	positions := d.src.Positions()
 	if err := d.lake.Flush(ctx, d.lakeEpoch); err != nil {
 		return Meta{}, "", err
 	}
 	d.lakeEpoch = id
 	b := &barrier{id: id, final: final, resume: make(chan struct{})}
 	defer close(b.resume)
-	if err := d.broadcast(ctx, toPre{kind: mBarrier, barrier: b, procMs: procMs}); err != nil {
+	d.sm.Broadcast(operator.Msg{Kind: operator.Barrier, Ckpt: id, ProcMs: procMs})
+	if err := d.deliver(ctx, b); err != nil {
 		return Meta{}, "", err
 	}
 	floors := make([]int64, len(j.pres))
 	forgotten := make([]int64, len(j.pres))
-	var win, late []blob
+	var win, late []operator.Blob
 	var errs []error
 	winWm := int64(math.MaxInt64)
 	for n := 0; n < len(j.pres)+len(j.wins); n++ {
@@ -568,12 +562,11 @@ func (d *driver) checkpointOnce(ctx context.Context, procMs int64, final, savepo
 	if err != nil {
 		return Meta{}, "", err
 	}
-	d.lastCkpt = procMs
-	d.lastCkptEnd = procMs
+	end := procMs
 	if !d.virtual {
-		d.lastCkptEnd = max(procMs, d.j.cfg.Clock.NowMs())
+		end = d.j.cfg.Clock.NowMs()
 	}
-	d.preflushed = false
+	d.sched.Completed(procMs, end)
 	if !final {
 		// Every window closed by winWm was closed, and its rows written,
 		// before this checkpoint completed.
@@ -599,17 +592,17 @@ type cut struct {
 	floors, forgotten []int64
 }
 
-func (d *driver) write(ctx context.Context, id int64, positions map[string]string, pc cut, win, late []blob, final, savepoint bool, began time.Time) (Meta, string, error) {
+func (d *driver) write(ctx context.Context, id int64, positions map[string]string, pc cut, win, late []operator.Blob, final, savepoint bool, began time.Time) (Meta, string, error) {
 	j := d.j
 	for _, op := range []struct {
 		name  string
-		blobs []blob
+		blobs []operator.Blob
 	}{{"win", win}, {"late", late}} {
 		if err := j.st.DeleteBlobs(op.name); err != nil {
 			return Meta{}, "", fmt.Errorf("runtime: checkpoint %d: %w", id, err)
 		}
 		for _, b := range op.blobs {
-			if err := j.st.PutBlob(op.name, b.kg, b.data); err != nil {
+			if err := j.st.PutBlob(op.name, b.KG, b.Data); err != nil {
 				return Meta{}, "", fmt.Errorf("runtime: checkpoint %d: %w", id, err)
 			}
 		}
@@ -620,7 +613,7 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 	// checkpoint; both finish before the checkpoint is put.
 	syncDone := d.startSync(ctx)
 	fp, desc := j.cfg.fingerprint()
-	wm := d.wms.Current()
+	wm := d.sm.Watermarks().Current()
 	endOfInput := wm == math.MaxInt64 && d.eof
 	if wm == math.MaxInt64 && !endOfInput {
 		// A drained stop of a live source: the hours are not complete,
@@ -636,14 +629,14 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 		wm = floorsMin(pc.floors)
 	}
 	var shards []string
-	for _, s := range d.wms.Shards() {
+	for _, s := range d.sm.Watermarks().Shards() {
 		if !s.Closed {
 			shards = append(shards, s.ID)
 		}
 	}
 	meta := Meta{ID: id, JobGen: j.cfg.JobGen, Fingerprint: fp, Settings: desc, Positions: positions, Floors: pc.floors,
 		Forgotten: pc.forgotten, Shards: shards, Watermark: wm, AllowanceMs: new(j.cfg.allowance()), Parallelism: j.cfg.Parallelism, Restored: j.c,
-		TakenAtMs: d.procMs, Final: final, EndOfInput: endOfInput}
+		TakenAtMs: d.sm.ProcMs(), Final: final, EndOfInput: endOfInput}
 	meta, loc, err := j.ckpts.put(ctx, meta, savepoint, began, func(dir string) error {
 		cerr := j.st.Checkpoint(filepath.Join(dir, "state"))
 		if cerr != nil {
@@ -668,14 +661,17 @@ func (d *driver) write(ctx context.Context, id int64, positions map[string]strin
 	return meta, loc, nil
 }
 
-// syncer is a running-total store that writes back (the embedded one).
-type syncer interface{ Sync(context.Context) error }
+// TotalsSyncer is an optional capability of a running-total store that
+// writes back (the embedded one): Sync makes everything set so far durable.
+// The job syncs it beside every checkpoint, so that a checkpoint is never
+// restorable before the totals it covers are.
+type TotalsSyncer interface{ Sync(context.Context) error }
 
 // startSync starts the running-total store's sync, if it has one, and
 // returns a function that waits for it and returns its error (the same
 // error on every call).
 func (d *driver) startSync(ctx context.Context) func() error {
-	ts, ok := d.j.totals.(syncer)
+	ts, ok := d.j.totals.(TotalsSyncer)
 	if !ok {
 		return func() error { return nil }
 	}

@@ -186,10 +186,11 @@ func TestValkeyKilledAndRestarted(t *testing.T) {
 	}
 	cfg := Config{
 		DataDir: t.TempDir(), Source: "kinesis:" + stream, Parallelism: 2, Registerer: reg, Clock: clk,
-		Totals: totals, CheckpointIntervalMs: 60_000, WatermarkIntervalMs: 1_000, FlushWritesPerSec: 1e6,
+		Totals: totals, CheckpointIntervalMs: 60_000, Watermarks: ingest.WatermarkOptions{IntervalMs: 1_000}, FlushWritesPerSec: 1e6,
 		ExitWhenIdle: 2 * time.Minute, Drain: true,
-		Kinesis: KinesisConfig{API: api, Options: kinesis.Options{MinCallInterval: 5 * time.Millisecond, PollInterval: 10 * time.Millisecond}},
+		OpenSource: kinesis.Opener(api, kinesis.Options{Stream: stream, MinCallInterval: 5 * time.Millisecond, PollInterval: 10 * time.Millisecond}),
 	}
+	cfg.OpenSinks = embeddedSinks(cfg)
 	j, err := Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("open: %v", err)

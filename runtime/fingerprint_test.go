@@ -15,7 +15,7 @@ func TestFingerprintRefusal(t *testing.T) {
 	dir := t.TempDir()
 	path := writeTrace(t, t.TempDir(), traceOptions(1500, 11))
 	cfg := replayConfig(dir, path)
-	cfg.WindowMs = 60_000
+	cfg.PreAgg.WindowMs = 60_000
 	j := runToEnd(t, cfg)
 	before := scanRows(t, j.Rows())
 	last := j.Status().LastCheckpoint
@@ -31,12 +31,12 @@ func TestFingerprintRefusal(t *testing.T) {
 		edit       func(*Config)
 		have, want string
 	}{
-		{"window 30 s", func(c *Config) { c.WindowMs = 30_000 }, "window_ms=60000", "window_ms=30000"},
-		{"horizon 1 h", func(c *Config) { c.HorizonMs = 3_600_000 }, "horizon_ms=7200000", "horizon_ms=3600000"},
+		{"window 30 s", func(c *Config) { c.PreAgg.WindowMs = 30_000 }, "window_ms=60000", "window_ms=30000"},
+		{"horizon 1 h", func(c *Config) { c.PreAgg.HorizonMs = 3_600_000 }, "horizon_ms=7200000", "horizon_ms=3600000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := replayConfig(dir, path)
-			c.WindowMs = 60_000
+			c.PreAgg.WindowMs = 60_000
 			tc.edit(&c)
 			j, err := Open(context.Background(), c)
 			if err == nil {

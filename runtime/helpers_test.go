@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,7 +15,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/ingest/source"
 	"github.com/adclick/adclick/sink"
+	"github.com/adclick/adclick/sink/embedded"
 )
 
 // traceOptions is a generated trace with late, out-of-order, duplicate,
@@ -261,10 +264,18 @@ func value(m *dto.Metric) float64 {
 
 // replayConfig is a file replay of path into dir with the embedded store.
 func replayConfig(dir, path string) Config {
-	return Config{
-		DataDir: dir, Source: "file:" + path, Parallelism: 2, CheckpointIntervalMs: 5_000,
+	cfg := Config{
+		DataDir: dir, Source: "file:" + path, OpenSource: source.File(path), Parallelism: 2, CheckpointIntervalMs: 5_000,
 		FlushWritesPerSec: 1e6,
 	}
+	cfg.OpenSinks = embeddedSinks(cfg)
+	return cfg
+}
+
+// embeddedSinks opens the embedded store under cfg's data dir, as
+// embedded mode does.
+func embeddedSinks(cfg Config) func() (sink.Rows, sink.Totals, io.Closer, error) {
+	return embedded.Opener(filepath.Join(cfg.DataDir, "store"), embedded.Options{Registerer: cfg.Registerer})
 }
 
 // runToEnd opens a job with cfg, runs it to the end of its input and

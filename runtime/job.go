@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"github.com/adclick/adclick/eventtime"
+	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,11 +18,12 @@ import (
 
 	"github.com/adclick/adclick/flush"
 	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/ingest/source"
 	"github.com/adclick/adclick/latepath"
+	"github.com/adclick/adclick/operator"
 	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/sink"
-	"github.com/adclick/adclick/sink/embedded"
 	"github.com/adclick/adclick/state"
 	"github.com/adclick/adclick/windowing"
 )
@@ -50,11 +53,12 @@ type Status struct {
 
 // Job is a running adclick job on one machine.
 type Job struct {
-	cfg        Config
-	log        *slog.Logger
-	m          *metrics
-	st         *state.DB
-	store      *embedded.Store // when the embedded sinks are used
+	cfg Config
+	log *slog.Logger
+	m   *metrics
+	st  *state.DB
+	// closeSinks closes the sinks Config.OpenSinks opened (nil otherwise).
+	closeSinks io.Closer
 	rows       sink.Rows
 	totals     sink.Totals
 	ckpts      *checkpoints
@@ -78,8 +82,11 @@ type Job struct {
 	// in the lease's fence), for the capabilities a wrapper hides.
 	plainTotals sink.Totals
 	restoreMs   int64
-	kin         *kinesisSource
-	ckptCount   int64
+	// lag is the running source's consumer lag, if it reports one.
+	lag source.Lagger
+	// virtualSrc: the running source replays with a virtual clock.
+	virtualSrc bool
+	ckptCount  int64
 
 	mu      sync.Mutex
 	status  Status
@@ -175,14 +182,18 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	j.rows, j.totals = cfg.Rows, cfg.Totals
 	if j.rows == nil {
-		j.store, err = embedded.Open(filepath.Join(cfg.DataDir, "store"), embedded.Options{Registerer: cfg.Registerer, Retention: cfg.Retention})
+		// Local sinks (the embedded store under DataDir) open once the
+		// data dir is this job's.
+		var rows sink.Rows
+		var totals sink.Totals
+		rows, totals, j.closeSinks, err = cfg.OpenSinks()
 		if err != nil {
 			j.Close()
-			return nil, fmt.Errorf("runtime: open embedded store: %w", err)
+			return nil, fmt.Errorf("runtime: open sinks: %w", err)
 		}
-		j.rows = j.store
+		j.rows = rows
 		if j.totals == nil {
-			j.totals = j.store
+			j.totals = totals
 		}
 	}
 	if found {
@@ -302,19 +313,19 @@ func (j *Job) build() error {
 	freeParts := make(chan []preagg.Partial, 2*p*(j.cfg.ChannelCapacity*p+2))
 	j.freeBatches = make(chan []ingest.Click, p*(j.cfg.ChannelCapacity+2))
 	for i := 0; i < p; i++ {
-		mins, err := windowing.NewMinutes(j.cfg.WindowMs)
+		mins, err := windowing.NewMinutes(j.cfg.PreAgg.WindowMs)
 		if err != nil {
 			return err
 		}
-		w := &winSub{idx: i, minutes: mins, late: latepath.New(j.cfg.HorizonMs), in: wins[i], acks: j.acks,
-			inputs: p, wms: make([]int64, p), procs: make([]int64, p), wm: eventtime.NoWatermark,
-			epoch: j.c, restored: j.c, gen: j.cfg.JobGen, earlyMs: j.cfg.EarlyFiringMs,
-			outage: time.Duration(j.cfg.SinkOutageMs) * time.Millisecond,
-			rows:   j.rows, totals: j.totals, totalsOK: true, m: j.m, log: j.log, freeParts: freeParts}
-		for k := range w.wms {
-			w.wms[k] = eventtime.NoWatermark
+		late := latepath.New(j.cfg.PreAgg.HorizonMs)
+		op, err := operator.NewWin(operator.WinOptions{Index: i, Inputs: p, EarlyFiringMs: j.cfg.EarlyFiringMs,
+			Epoch: j.c, Restored: j.c, Gen: j.cfg.JobGen}, mins, late)
+		if err != nil {
+			return fmt.Errorf("runtime: %w", err)
 		}
-		j.wins = append(j.wins, w)
+		j.wins = append(j.wins, &winSub{idx: i, op: op, minutes: mins, late: late, in: wins[i], acks: j.acks,
+			outage: time.Duration(j.cfg.SinkOutageMs) * time.Millisecond,
+			rows:   j.rows, totals: j.totals, m: j.m, log: j.log, freeParts: freeParts})
 	}
 	var err error
 	if j.sourceLake, err = recount.NewWriter(j.lake, "source"); err != nil {
@@ -329,8 +340,12 @@ func (j *Job) build() error {
 			dd.SetFilterBudget(int(j.cfg.DedupMemoryBytes / int64(p)))
 			d = dd
 		}
-		pa, err := preagg.New(preagg.Options{WindowMs: j.cfg.WindowMs, HorizonMs: j.cfg.HorizonMs, GuardMs: j.cfg.GuardMs,
-			FlushIntervalMs: j.cfg.PreaggFlushMs, AllowanceMs: j.cfg.allowance(), NoDedup: j.cfg.NoDedup}, d, from, to)
+		pa, err := preagg.New(j.cfg.PreAgg, d, from, to)
+		if err != nil {
+			return fmt.Errorf("runtime: %w", err)
+		}
+		op, err := operator.NewPre(operator.PreOptions{Index: i, Windows: p, HorizonMs: j.cfg.PreAgg.HorizonMs, Epoch: j.c,
+			NewPartials: newPartials(freeParts)}, pa, d)
 		if err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
@@ -338,9 +353,8 @@ func (j *Job) build() error {
 		if err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
-		j.pres = append(j.pres, &preSub{idx: i, pa: pa, dedup: dd, in: make(chan toPre, j.cfg.ChannelCapacity), outs: wins,
-			acks: j.acks, lake: lw, epoch: j.c, par: p, late: make([][]lateClick, p), m: j.m, free: j.freeBatches, horizonMs: j.cfg.HorizonMs,
-			parts: make([][]preagg.Partial, p), freeParts: freeParts})
+		j.pres = append(j.pres, &preSub{idx: i, op: op, pa: pa, dedup: dd, in: make(chan toPre, j.cfg.ChannelCapacity), outs: wins,
+			acks: j.acks, lake: lw, m: j.m, free: j.freeBatches})
 	}
 	return nil
 }
@@ -441,16 +455,16 @@ func (j *Job) verifyTotals(ctx context.Context) error {
 	return nil
 }
 
-// ConsumerLagMs returns each shard's consumer lag (MillisBehindLatest) for a
-// Kinesis source, or nil.
+// ConsumerLagMs returns each shard's consumer lag (MillisBehindLatest) of a
+// source that reports it (source.Lagger: Kinesis), or nil.
 func (j *Job) ConsumerLagMs() map[string]int64 {
 	j.mu.Lock()
-	src := j.kin
+	src := j.lag
 	j.mu.Unlock()
 	if src == nil {
 		return nil
 	}
-	return src.src.Lag()
+	return src.Lag()
 }
 
 // Stats are a finished run's statistics, for benchmarks.
@@ -499,9 +513,9 @@ func (j *Job) Close() error {
 		errs = append(errs, j.st.Close())
 		j.st = nil
 	}
-	if j.store != nil {
-		errs = append(errs, j.store.Close())
-		j.store = nil
+	if j.closeSinks != nil {
+		errs = append(errs, j.closeSinks.Close())
+		j.closeSinks = nil
 	}
 	errs = append(errs, j.releaseLease(), j.lock.release())
 	return errors.Join(errs...)
@@ -511,17 +525,21 @@ func (j *Job) Close() error {
 // replay: a final watermark fires every window, then a final checkpoint),
 // or ctx is cancelled (a final checkpoint, windows stay open in state).
 func (j *Job) Run(ctx context.Context) error {
-	src, err := j.openSource(ctx)
+	src, err := j.cfg.OpenSource(ctx, source.Start{Checkpoint: j.c, Positions: maps.Clone(j.restored.Positions),
+		Clock: j.cfg.Clock, Logger: j.log, Registerer: j.cfg.Registerer})
 	if err != nil {
-		return err
+		return fmt.Errorf("runtime: open source %s: %w", j.cfg.Source, err)
 	}
-	defer src.close()
-	if k, ok := src.(*kinesisSource); ok {
-		j.mu.Lock()
-		j.kin = k
-		j.mu.Unlock()
-		defer func() { j.mu.Lock(); j.kin = nil; j.mu.Unlock() }()
-	}
+	defer func() {
+		if err := src.Close(); err != nil {
+			j.log.Warn("closing the source failed", "err", err)
+		}
+	}()
+	lag, _ := src.(source.Lagger)
+	j.mu.Lock()
+	j.lag, j.virtualSrc = lag, src.Virtual()
+	j.mu.Unlock()
+	defer func() { j.mu.Lock(); j.lag = nil; j.mu.Unlock() }()
 	// runCtx is the graph's: the first failure anywhere cancels it with
 	// that failure as its cause, which is what Run returns (a cancellation
 	// seen elsewhere afterwards never hides it).
@@ -581,7 +599,7 @@ func (j *Job) Run(ctx context.Context) error {
 	if j.cfg.Recount {
 		f, err := recount.NewFinalizer(recount.FinalizerOptions{Recount: recount.Options{
 			Store: j.lake, Rows: j.rows, Gen: j.cfg.JobGen, Logger: j.log, Registerer: j.cfg.Registerer,
-			Judge: recount.Judge{HorizonMs: j.cfg.HorizonMs, AllowanceMs: new(j.cfg.allowance())},
+			Judge: recount.Judge{HorizonMs: j.cfg.PreAgg.HorizonMs, AllowanceMs: new(j.cfg.allowance())},
 			// Only what the last completed checkpoint covers is surely in
 			// the lake.
 			Watermark: func(context.Context) (int64, error) {
@@ -605,8 +623,10 @@ func (j *Job) Run(ctx context.Context) error {
 		defer stopFin()
 	}
 	j.setReady(true)
-	d := newDriver(j, src)
-	derr := d.run(ctx, runCtx)
+	d, derr := newDriver(j, src)
+	if derr == nil {
+		derr = d.run(ctx, runCtx)
+	}
 	if derr != nil {
 		cancel(derr)
 	}

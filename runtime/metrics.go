@@ -129,17 +129,25 @@ func (m *metrics) dedup(subtask int, now, since state.DedupStats) {
 	m.dedupFolds.Add(float64(now.Folds - since.Folds))
 }
 
-func (m *metrics) verdict(v preagg.Verdict) {
+// verdict counts n verdicts v.
+func (m *metrics) verdict(v preagg.Verdict, n int) {
+	if n == 0 {
+		return
+	}
+	var c prometheus.Counter
 	switch v {
 	case preagg.Counted:
-		m.counted.Inc()
+		c = m.counted
 	case preagg.Late:
-		m.late.Inc()
+		c = m.late
 	case preagg.Duplicate:
-		m.duplicate.Inc()
+		c = m.duplicate
 	case preagg.BeyondHorizon:
-		m.beyond.Inc()
+		c = m.beyond
 	case preagg.GuardExpired:
-		m.guard.Inc()
+		c = m.guard
+	default:
+		return
 	}
+	c.Add(float64(n))
 }

@@ -3,9 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"github.com/adclick/adclick/eventtime"
 	"log/slog"
-	"math"
 	"slices"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/adclick/adclick/flush"
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/latepath"
+	"github.com/adclick/adclick/operator"
 	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/sink"
@@ -21,43 +20,17 @@ import (
 	"github.com/adclick/adclick/windowing"
 )
 
-type msgKind uint8
-
-const (
-	mClicks    msgKind = iota + 1
-	mTick              // processing time moved
-	mWatermark         // a new watermark (also carries processing time)
-	mBarrier
-	mEnd
-	mRewrite    // rewrite the hour rows held in state (after a sweep)
-	mTotalsLost // the running-total store lost its data: rewrite every total state holds
-)
-
 // toPre is a message from the driver to a pre-aggregator.
 type toPre struct {
-	kind    msgKind
-	sentNs  int64 // when the driver sent a click batch (for latency statistics)
-	clicks  []ingest.Click
-	procMs  int64
-	wm      int64
-	barrier *barrier
-}
-
-// lateClick is a late click on its way to the window subtask owning its ad.
-type lateClick struct {
-	ad             string
-	eventMs, spend int64
+	operator.Msg
+	sentNs  int64    // when the driver sent a click batch (for latency statistics)
+	barrier *barrier // Barrier
 }
 
 // toWin is a message from a pre-aggregator to a window subtask.
 type toWin struct {
-	kind     msgKind
-	from     int
-	partials []preagg.Partial
-	late     []lateClick
-	procMs   int64
-	wm       int64
-	barrier  *barrier
+	operator.Msg
+	barrier *barrier // Barrier
 }
 
 // barrier travels through the graph; resume is closed by the coordinator
@@ -74,47 +47,31 @@ type ack struct {
 	index     int
 	floor     int64
 	forgotten int64
-	win       []blob
-	late      []blob
+	win       []operator.Blob
+	late      []operator.Blob
 	err       error
 	wm        int64 // window subtasks: their watermark at the barrier
 }
 
-type blob struct {
-	kg   int
-	data []byte
-}
-
-// preSub is one pre-aggregator subtask.
+// preSub is one pre-aggregator subtask: the operator.Pre machine, with its
+// dedup state in Pebble, its lake writer and its channels.
 type preSub struct {
 	idx   int
-	pa    *preagg.PreAgg
+	op    *operator.Pre
+	pa    *preagg.PreAgg // op's
 	dedup *state.Dedup
 	in    chan toPre
 	outs  []chan toWin
 	acks  chan<- ack
 	lake  *recount.Writer
-	epoch int64 // the epoch of the lake records being buffered
-	par   int
-	late  [][]lateClick
-	rec   latepath.Record
 	m     *metrics
 	lat   latencies
 	free  chan<- []ingest.Click // handled click batches go back to the driver
-	// kgs holds the key group of each click of the batch being handled;
-	// horizonMs is the acceptance horizon (a dedup id expires at impression
-	// + horizon).
-	kgs       []int
-	horizonMs int64
-	// parts are the partials being routed to each window subtask; handled
-	// slices come back through freeParts.
-	parts     [][]preagg.Partial
-	freeParts chan []preagg.Partial
 	// dedupSeen holds the dedup's counters as last published.
 	dedupSeen state.DedupStats
 }
 
-// run handles messages until the end of the graph (mEnd) or until ctx, the
+// run handles messages until the end of the graph (End) or until ctx, the
 // graph's context, ends: a subtask never outlives a failed graph.
 func (s *preSub) run(ctx context.Context) error {
 	for {
@@ -124,191 +81,112 @@ func (s *preSub) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
-		if err := s.handle(ctx, msg); err != nil {
+		done, err := s.handle(ctx, msg)
+		if err != nil {
 			return fmt.Errorf("runtime: pre-aggregator %d: %w", s.idx, err)
 		}
-		if msg.kind == mEnd {
+		if done {
 			return nil
 		}
 	}
 }
 
-func (s *preSub) handle(ctx context.Context, msg toPre) error {
-	switch msg.kind {
-	case mClicks:
-		kgs := s.kgs[:0]
-		for i := range msg.clicks {
-			c := &msg.clicks[i]
-			kgs = append(kgs, windowing.KeyGroup(c.ClickID))
-			if s.dedup != nil {
-				s.dedup.Prefetch(kgs[i], c.ClickID, c.ImpressionMs+s.horizonMs)
-			}
+// handle steps the machine with msg and carries out its Ready: at a
+// barrier the dedup commit and the lake's flush of the epoch before it,
+// then the lake records, the messages to the window subtasks in order, and
+// the acknowledgement.
+func (s *preSub) handle(ctx context.Context, msg toPre) (bool, error) {
+	if err := s.op.Step(msg.Msg); err != nil {
+		return false, err
+	}
+	defer s.op.Advance()
+	rd := s.op.Ready()
+	if rd.Partials > 0 {
+		s.m.partials.Add(float64(rd.Partials))
+	}
+	for v, n := range rd.Verdicts {
+		s.m.verdict(preagg.Verdict(v), n)
+	}
+	for _, l := range rd.LateByMs {
+		s.m.lateness.Observe(float64(l) / 1000)
+	}
+	for i := range rd.Lake {
+		s.lake.Add(&rd.Lake[i])
+	}
+	var ackErr error
+	if rd.Ack != nil {
+		if s.dedup != nil {
+			ackErr = s.dedup.Commit()
+			st := s.dedup.Stats()
+			s.m.dedup(s.idx, st, s.dedupSeen)
+			s.dedupSeen = st
 		}
-		s.kgs = kgs
-		for i := range msg.clicks {
-			c := &msg.clicks[i]
-			v, err := s.pa.Add(c, kgs[i])
-			if err != nil {
-				return err
-			}
-			if v == preagg.Late {
-				s.m.lateness.Observe(float64(s.pa.Judge()-c.EventMs) / 1000)
-				o := windowing.Owner(windowing.KeyGroup(c.AdID), s.par)
-				s.late[o] = append(s.late[o], lateClick{ad: c.AdID, eventMs: c.EventMs, spend: c.SpendMicros})
-			}
-			s.m.verdict(v)
-			if err := s.logClick(c, v.String()); err != nil {
-				return err
-			}
+		if ackErr == nil {
+			// The lake holds every verdict the checkpoint covers.
+			ackErr = s.lake.Flush(ctx, rd.Ack.PrevEpoch)
 		}
-		parts, err := s.pa.Tick(msg.procMs)
+	}
+	for _, snd := range rd.Sends {
+		m := toWin{Msg: snd.Msg}
+		var err error
+		switch snd.Msg.Kind {
+		case operator.Clicks:
+			err = sendTimed(ctx, s.outs[snd.To], m, s.m.blocked.WithLabelValues("preagg"))
+		case operator.Barrier:
+			m.barrier = msg.barrier
+			fallthrough
+		default:
+			err = send(ctx, s.outs[snd.To], m)
+		}
 		if err != nil {
-			return err
+			return false, err
 		}
-		if err := s.forward(ctx, parts, msg.procMs); err != nil {
-			return err
-		}
+	}
+	switch msg.Kind {
+	case operator.Clicks:
 		// Bound the lake's buffer: write a chunk of this epoch when it is big.
-		if err := s.lake.Spill(ctx, s.epoch); err != nil {
-			return err
+		if err := s.lake.Spill(ctx, rd.LakeEpoch); err != nil {
+			return false, err
 		}
 		s.lat.add(time.Now().UnixNano() - msg.sentNs)
 		// Nothing keeps a pointer into the batch (the strings it refers to
 		// are copied by value where they are kept): hand it back, emptied
 		// so it does not pin the strings.
-		clear(msg.clicks)
+		clear(msg.Clicks)
 		select {
-		case s.free <- msg.clicks[:0]:
+		case s.free <- msg.Clicks[:0]:
 		default:
 		}
-		return nil
-	case mTick:
-		parts, err := s.pa.Tick(msg.procMs)
-		if err != nil {
-			return err
+	case operator.End:
+		if err := s.lake.Flush(ctx, rd.LakeEpoch); err != nil {
+			return false, err
 		}
-		if err := s.forward(ctx, parts, msg.procMs); err != nil {
-			return err
-		}
-		return s.broadcast(ctx, toWin{kind: mTick, procMs: msg.procMs})
-	case mWatermark:
-		// A due 500 ms flush and the watermark's own flush both go out
-		// before the watermark.
-		ticked, err := s.pa.Tick(msg.procMs)
-		if err != nil {
-			return err
-		}
-		if err := s.forward(ctx, ticked, msg.procMs); err != nil {
-			return err
-		}
-		parts, err := s.pa.Watermark(msg.wm)
-		if err != nil {
-			return err
-		}
-		// Rule 3: every buffered partial goes before the watermark.
-		if err := s.forward(ctx, parts, msg.procMs); err != nil {
-			return err
-		}
-		return s.broadcast(ctx, toWin{kind: mWatermark, wm: msg.wm, procMs: msg.procMs})
-	case mBarrier:
-		parts, floor := s.pa.Barrier()
-		if err := s.forward(ctx, parts, msg.procMs); err != nil {
-			return err
-		}
-		var err error
-		if s.dedup != nil {
-			err = s.dedup.Commit()
-			st := s.dedup.Stats()
-			s.m.dedup(s.idx, st, s.dedupSeen)
-			s.dedupSeen = st
-		}
-		if err == nil {
-			// The lake holds every verdict the checkpoint covers.
-			err = s.lake.Flush(ctx, s.epoch)
-			s.epoch = msg.barrier.id
-		}
-		if err := s.broadcast(ctx, toWin{kind: mBarrier, barrier: msg.barrier, procMs: msg.procMs}); err != nil {
-			return err
-		}
-		s.acks <- ack{role: "pre", index: s.idx, floor: floor, forgotten: s.pa.Forgotten(), err: err}
-		if err != nil {
-			return err
+	}
+	if rd.Ack != nil {
+		s.acks <- ack{role: "pre", index: s.idx, floor: rd.Ack.Floor, forgotten: rd.Ack.Forgotten, err: ackErr}
+		if ackErr != nil {
+			return false, ackErr
 		}
 		select {
 		case <-msg.barrier.resume:
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			return false, context.Cause(ctx)
 		}
-	case mRewrite, mTotalsLost:
-		return s.broadcast(ctx, toWin{kind: msg.kind, procMs: msg.procMs})
-	case mEnd:
-		parts := s.pa.Flush()
-		if err := s.forward(ctx, parts, msg.procMs); err != nil {
-			return err
-		}
-		if err := s.lake.Flush(ctx, s.epoch); err != nil {
-			return err
-		}
-		return s.broadcast(ctx, toWin{kind: mEnd, procMs: msg.procMs})
 	}
-	return nil
+	return rd.Done, nil
 }
 
-func (s *preSub) logClick(c *ingest.Click, verdict string) error {
-	r := &s.rec
-	*r = latepath.Record{Verdict: verdict, ClickID: c.ClickID, AdID: c.AdID, CampaignID: c.CampaignID, DeviceID: c.DeviceID,
-		ImpressionMs: c.ImpressionMs, DeviceMs: c.DeviceMs, EventMs: c.EventMs, ArrivalMs: c.ArrivalMs,
-		SpendMicros: c.SpendMicros, Shard: c.Shard, Seq: c.Seq}
-	s.lake.Add(r)
-	return nil
-}
-
-// forward sends partials (routed by the ad's key group) and pending late
-// clicks to the window subtasks.
-func (s *preSub) forward(ctx context.Context, parts []preagg.Partial, procMs int64) error {
-	if len(parts) > 0 {
-		s.m.partials.Add(float64(len(parts)))
-		for _, p := range parts {
-			o := windowing.Owner(windowing.KeyGroup(p.Ad), s.par)
-			if s.parts[o] == nil {
-				s.parts[o] = s.partsBuf()
-			}
-			s.parts[o] = append(s.parts[o], p)
+// newPartials returns an empty partials slice, reused if a window subtask
+// has handed one back.
+func newPartials(free chan []preagg.Partial) func() []preagg.Partial {
+	return func() []preagg.Partial {
+		select {
+		case b := <-free:
+			return b
+		default:
+			return make([]preagg.Partial, 0, 256)
 		}
 	}
-	for o := 0; o < s.par; o++ {
-		ps := s.parts[o]
-		if len(ps) == 0 && len(s.late[o]) == 0 {
-			continue
-		}
-		if err := sendTimed(ctx, s.outs[o], toWin{kind: mClicks, from: s.idx, partials: ps, late: s.late[o], procMs: procMs}, s.m.blocked.WithLabelValues("preagg")); err != nil {
-			return err
-		}
-		s.parts[o] = nil
-		s.late[o] = nil
-	}
-	return nil
-}
-
-// partsBuf returns an empty partials slice, reused if a window subtask has
-// handed one back.
-func (s *preSub) partsBuf() []preagg.Partial {
-	select {
-	case b := <-s.freeParts:
-		return b
-	default:
-		return make([]preagg.Partial, 0, 256)
-	}
-}
-
-func (s *preSub) broadcast(ctx context.Context, m toWin) error {
-	m.from = s.idx
-	for _, out := range s.outs {
-		if err := send(ctx, out, m); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // sendTimed is send, counting the time spent blocked on a full channel.
@@ -333,44 +211,25 @@ func send[T any](ctx context.Context, ch chan<- T, m T) error {
 	}
 }
 
-// winSub is one window subtask: minute windows, hour roll-up and late
-// totals for the ads of its key groups, and their sink writes.
+// winSub is one window subtask: the operator.Win machine, with the sinks
+// it writes and its channels.
 type winSub struct {
-	idx      int
-	minutes  *windowing.Minutes
-	late     *latepath.Late
-	in       chan toWin
-	acks     chan<- ack
-	inputs   int
-	wms      []int64
-	procs    []int64
-	wm       int64
-	proc     int64
-	nextEarl int64
-	barriers int
-	ended    int
-	rewrites int
-	lost     int   // mTotalsLost messages received
-	rewriteT bool  // rewrite every total state holds at the next flushWrites
-	epoch    int64 // the last barrier this subtask passed: the sink tag
-	restored int64 // c: the checkpoint the job restored from
-	gen      int64
-	earlyMs  int64
-	outage   time.Duration // how long an unavailable row store is waited out
-	rows     sink.Rows
-	totals   sink.Totals
-	puts     []sink.Put
-	tots     []sink.Total
-	totalsOK bool
-	unsent   map[sink.TotalKey]sink.Total        // totals not written during an outage
-	byWriter [len(sink.TaggedWriters)][]sink.Put // flushWrites' split of puts, reused
+	idx     int
+	op      *operator.Win
+	minutes *windowing.Minutes // op's
+	late    *latepath.Late     // op's
+	in      chan toWin
+	acks    chan<- ack
+	outage  time.Duration // how long an unavailable row store is waited out
+	rows    sink.Rows
+	totals  sink.Totals
 	// freeParts takes handled partial slices back to the pre-aggregators.
 	freeParts chan<- []preagg.Partial
 	m         *metrics
 	log       *slog.Logger
 }
 
-// run handles messages until every input has ended (mEnd) or until ctx,
+// run handles messages until every input has ended (End) or until ctx,
 // the graph's context, ends.
 func (w *winSub) run(ctx context.Context) error {
 	for {
@@ -390,238 +249,77 @@ func (w *winSub) run(ctx context.Context) error {
 	}
 }
 
+// handle steps the machine with msg and, when its Ready says so, writes the
+// rows and running totals decided so far and delivers its acknowledgement.
 func (w *winSub) handle(ctx context.Context, msg toWin) (bool, error) {
-	switch msg.kind {
-	case mClicks:
-		for _, p := range msg.partials {
-			if !w.minutes.Add(p.Ad, p.WindowStart, p.Count, p.SpendMicros) {
-				// Cannot happen with partials flushed before watermarks; if it
-				// did, the clicks are kept as late rather than lost.
-				w.late.Add(p.Ad, p.WindowStart, p.Count, p.SpendMicros)
-			}
+	if err := w.op.Step(msg.Msg); err != nil {
+		return false, err
+	}
+	if msg.Partials != nil {
+		clear(msg.Partials)
+		select {
+		case w.freeParts <- msg.Partials[:0]:
+		default:
 		}
-		for _, l := range msg.late {
-			w.late.Add(l.ad, l.eventMs, 1, l.spend)
-		}
-		if msg.partials != nil {
-			clear(msg.partials)
-			select {
-			case w.freeParts <- msg.partials[:0]:
-			default:
-			}
-		}
-	case mTick:
-		return false, w.tick(ctx, msg.from, msg.procMs)
-	case mWatermark:
-		if msg.wm > w.wms[msg.from] {
-			w.wms[msg.from] = msg.wm
-		}
-		if m := minOf(w.wms); m > w.wm {
-			w.wm = m
-			if m == eventtime.EndOfTime {
-				// The end of input or a drained stop: every window fires,
-				// but state stays as the last real watermark left it, so
-				// a later start after more input finds it intact.
-				w.minutes.Drain(w.emit)
-			} else {
-				w.minutes.Advance(m, w.emit)
-				w.late.Expire(m)
-			}
-		}
-		if len(w.puts) >= 2048 {
-			if err := w.flushWrites(ctx); err != nil {
-				return false, err
-			}
-		}
-		return false, w.tick(ctx, msg.from, msg.procMs)
-	case mBarrier:
-		w.barriers++
-		if w.barriers < w.inputs {
-			return false, nil
-		}
-		w.barriers = 0
-		// Everything decided before the barrier is written, tagged with the
-		// epoch before it, before the checkpoint can complete.
-		w.late.Flush(w.emitLate)
-		err := w.flushWrites(ctx)
-		w.epoch = msg.barrier.id
-		a := ack{role: "win", index: w.idx, err: err, wm: w.wm}
-		if err == nil {
-			a.err = w.minutes.Snapshot(func(kg int, d []byte) error { a.win = append(a.win, blob{kg, d}); return nil })
-		}
-		if a.err == nil {
-			a.err = w.late.Snapshot(func(kg int, d []byte) error { a.late = append(a.late, blob{kg, d}); return nil })
-		}
-		w.acks <- a
-		if a.err != nil {
-			return false, a.err
+	}
+	rd := w.op.Ready()
+	if !rd.Write && rd.Ack == nil && !rd.Done {
+		return false, nil
+	}
+	defer w.op.Advance()
+	w.m.firings.WithLabelValues("minute").Add(float64(rd.Firings.Minute))
+	w.m.firings.WithLabelValues("hour").Add(float64(rd.Firings.Hour))
+	w.m.firings.WithLabelValues("early").Add(float64(rd.Firings.Early))
+	err := w.write(ctx, rd)
+	if rd.Ack != nil {
+		w.acks <- ack{role: "win", index: w.idx, err: err, wm: rd.Ack.Wm, win: rd.Ack.Win, late: rd.Ack.Late}
+		if err != nil {
+			return false, err
 		}
 		select {
 		case <-msg.barrier.resume:
 		case <-ctx.Done():
 			return false, context.Cause(ctx)
 		}
-	case mRewrite:
-		// One message per input arrives; rewriting once is enough.
-		w.rewrites++
-		if w.rewrites%w.inputs == 1 || w.inputs == 1 {
-			w.minutes.HourRows(w.emit)
-			w.late.MarkAllDirty()
-			w.late.Flush(w.emitLate)
-			return false, w.flushWrites(ctx)
-		}
-	case mTotalsLost:
-		// One message per input arrives; rewriting once is enough. The
-		// outage path of flushWrites rewrites every total state holds.
-		w.lost++
-		if w.lost%w.inputs == 1 || w.inputs == 1 {
-			w.totalsOK, w.rewriteT = false, true
-			return false, w.flushWrites(ctx)
-		}
-	case mEnd:
-		w.ended++
-		if w.ended < w.inputs {
-			return false, nil
-		}
-		w.minutes.Early(w.emitRunning)
-		w.late.Flush(w.emitLate)
-		return true, w.flushWrites(ctx)
 	}
-	return false, nil
+	return rd.Done, err
 }
 
-// tick runs the processing-time trigger: running totals every EarlyFiringMs
-// of the slowest input's processing time, with the late totals and the
-// pending row writes.
-func (w *winSub) tick(ctx context.Context, from int, procMs int64) error {
-	if procMs > w.procs[from] {
-		w.procs[from] = procMs
+// write writes the Ready's rows (billing: an error stops the job) and
+// running totals (dashboards: an error is counted and the machine rewrites
+// them from state once the store answers again).
+func (w *winSub) write(ctx context.Context, rd *operator.WinReady) error {
+	// Each writer's rows go in separate calls, so refusals are counted per
+	// writer.
+	for i, puts := range rd.Puts {
+		if len(puts) == 0 {
+			continue
+		}
+		name := sink.TaggedWriters[i].String()
+		refused, err := w.putRows(ctx, name, puts)
+		if err != nil {
+			return fmt.Errorf("runtime: write %s rows: %w", name, err)
+		}
+		w.m.writes.WithLabelValues(name).Add(float64(len(puts)))
+		w.m.refused.WithLabelValues(name, "condition").Add(float64(refused))
 	}
-	p := minOf(w.procs)
-	if p <= w.proc {
+	if w.totals == nil || !rd.TotalsDue {
 		return nil
 	}
-	w.proc = p
-	if w.nextEarl == 0 {
-		w.nextEarl = p + w.earlyMs
+	wasOK := w.op.TotalsOK()
+	if err := w.totals.SetTotals(ctx, rd.Totals); err != nil {
+		w.m.totalsErrors.Inc()
+		if wasOK {
+			w.m.totalsUp.Set(0)
+			w.log.Warn("running-total store unreachable: dashboards are stale, counting goes on; totals will be rewritten when it answers", "subtask", w.idx, "err", err)
+		}
+		w.op.ReportTotalsFailed()
 		return nil
 	}
-	if p < w.nextEarl {
-		return nil
+	if !wasOK {
+		w.m.totalsUp.Set(1)
+		w.log.Info("running-total store answers again: totals rewritten", "subtask", w.idx, "totals", len(rd.Totals))
 	}
-	w.nextEarl = p + w.earlyMs
-	w.minutes.Early(w.emitRunning)
-	w.late.Flush(w.emitLate)
-	return w.flushWrites(ctx)
-}
-
-func (w *winSub) emit(r windowing.Row) {
-	if r.Hour {
-		w.m.firings.WithLabelValues("hour").Inc()
-	} else {
-		w.m.firings.WithLabelValues("minute").Inc()
-	}
-	k := sink.Key{Entity: r.Ad, Bucket: sink.MinuteBucket(r.StartMs)}
-	if r.Hour {
-		k.Bucket = sink.HourBucket(r.StartMs)
-	}
-	// The running total goes with the row, in the same epoch: a minute's
-	// final total, and an hour's total as of this row.
-	w.tots = append(w.tots, sink.Total{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.RunValid, SpendMicros: r.RunSpend, Epoch: w.epoch})
-	w.puts = append(w.puts, sink.Put{Key: k, Writer: sink.Fast, Valid: r.Valid, SpendMicros: r.SpendMicros,
-		Epoch: w.epoch, Gen: w.gen, ClosedRow: !r.Hour, RestoredCkpt: w.restored})
-}
-
-func (w *winSub) emitRunning(r windowing.Running) {
-	w.m.firings.WithLabelValues("early").Inc()
-	w.tots = append(w.tots, sink.Total{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: w.epoch})
-}
-
-func (w *winSub) emitLate(t latepath.Total) {
-	w.puts = append(w.puts, sink.Put{Key: sink.Key{Entity: t.Ad, Bucket: sink.HourBucket(t.HourMs)}, Writer: sink.Late,
-		Valid: t.Valid, SpendMicros: t.SpendMicros, Epoch: w.epoch, Gen: w.gen})
-}
-
-// flushWrites writes the pending rows (billing: an error stops the job) and
-// running totals (dashboards: an error is counted and the totals are
-// rewritten from state once the store answers again).
-func (w *winSub) flushWrites(ctx context.Context) error {
-	if len(w.puts) > 0 {
-		// Fast and late writes go in separate calls, so refusals are
-		// counted per writer.
-		byWriter := &w.byWriter
-		for i := range byWriter {
-			byWriter[i] = byWriter[i][:0]
-		}
-		for _, p := range w.puts {
-			i := slices.Index(sink.TaggedWriters[:], p.Writer)
-			if i < 0 {
-				return fmt.Errorf("runtime: a row write by %v, which is not a tagged writer", p.Writer)
-			}
-			byWriter[i] = append(byWriter[i], p)
-		}
-		for i, puts := range byWriter {
-			if len(puts) == 0 {
-				continue
-			}
-			name := sink.TaggedWriters[i].String()
-			refused, err := w.putRows(ctx, name, puts)
-			if err != nil {
-				return fmt.Errorf("runtime: write %s rows: %w", name, err)
-			}
-			w.m.writes.WithLabelValues(name).Add(float64(len(puts)))
-			w.m.refused.WithLabelValues(name, "condition").Add(float64(refused))
-		}
-		w.puts = w.puts[:0]
-	}
-	if w.totals != nil && (len(w.tots) > 0 || len(w.unsent) > 0 || w.rewriteT) {
-		send := w.tots
-		if !w.totalsOK {
-			// Back after an outage: everything state holds, then the totals
-			// that failed and state no longer holds (minutes that closed
-			// meanwhile) with the epoch of their row, so that a flush keeps
-			// them exactly when it keeps the row, then the pending ones.
-			var all []sink.Total
-			held := make(map[sink.TotalKey]bool)
-			w.minutes.Totals(func(r windowing.Running) {
-				t := sink.Total{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: w.epoch}
-				held[t.Key()] = true
-				all = append(all, t)
-			})
-			for k, t := range w.unsent {
-				if !held[k] {
-					all = append(all, t)
-				}
-			}
-			send = append(all, w.tots...)
-		}
-		if err := w.totals.SetTotals(ctx, send); err != nil {
-			w.m.totalsErrors.Inc()
-			if w.totalsOK {
-				w.m.totalsUp.Set(0)
-				w.log.Warn("running-total store unreachable: dashboards are stale, counting goes on; totals will be rewritten when it answers", "subtask", w.idx, "err", err)
-			}
-			w.totalsOK = false
-			// Keep what could not be written (the latest value per key):
-			// a minute that closes now is gone from state by the time the
-			// store answers again.
-			if w.unsent == nil {
-				w.unsent = make(map[sink.TotalKey]sink.Total)
-			}
-			for _, t := range w.tots {
-				w.unsent[t.Key()] = t
-			}
-			w.tots = w.tots[:0]
-			return nil
-		}
-		if !w.totalsOK {
-			w.m.totalsUp.Set(1)
-			w.log.Info("running-total store answers again: totals rewritten", "subtask", w.idx, "totals", len(send))
-		}
-		w.totalsOK, w.rewriteT = true, false
-		clear(w.unsent)
-	}
-	w.tots = w.tots[:0]
 	return nil
 }
 
@@ -656,14 +354,6 @@ func (w *winSub) putRows(ctx context.Context, name string, puts []sink.Put) (int
 			return refused, context.Cause(ctx)
 		}
 	}
-}
-
-func minOf(v []int64) int64 {
-	m := int64(math.MaxInt64)
-	for _, x := range v {
-		m = min(m, x)
-	}
-	return m
 }
 
 // latencies keeps a bounded sample of batch latencies (driver send to

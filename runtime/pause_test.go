@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"github.com/adclick/adclick/ingest/source"
 	"sync"
 	"testing"
 	"time"
@@ -45,10 +46,11 @@ func TestCheckpointMinimumPause(t *testing.T) {
 	const pause = 700 * time.Millisecond
 	cfg := Config{
 		DataDir: dir, Source: "gen", Parallelism: 2,
-		Gen:                  ingest.GenOptions{Ads: 20, Shards: 2, Rate: 500, Seed: 3},
+		OpenSource:           source.Gen(ingest.GenOptions{Ads: 20, Shards: 2, Rate: 500, Seed: 3}),
 		CheckpointIntervalMs: 200, CheckpointPauseMs: pause.Milliseconds(),
 		ExitWhenIdle: time.Hour, Checkpoints: store,
 	}
+	cfg.OpenSinks = embeddedSinks(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
 	j, err := Open(ctx, cfg)

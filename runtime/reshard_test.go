@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"github.com/adclick/adclick/ingest"
 	"math/big"
 	"sync"
 	"testing"
@@ -49,11 +50,12 @@ func TestReshardWhileReading(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := Config{
 		DataDir: t.TempDir(), Source: "kinesis:" + stream, Parallelism: 2, Registerer: reg,
-		AllowanceMs: new(int64(200)), WatermarkIntervalMs: 50, IdleMs: 500, CheckpointIntervalMs: 300,
+		AllowanceMs: new(int64(200)), Watermarks: ingest.WatermarkOptions{IntervalMs: 50, IdleMs: 500}, CheckpointIntervalMs: 300,
 		ExitWhenIdle: 1500 * time.Millisecond, Drain: true, FlushWritesPerSec: 1e6,
-		Kinesis: KinesisConfig{API: api, Options: kinesis.Options{MinCallInterval: 5 * time.Millisecond,
-			PollInterval: 10 * time.Millisecond, Rediscover: 50 * time.Millisecond, Limit: 25}},
+		OpenSource: kinesis.Opener(api, kinesis.Options{Stream: stream, MinCallInterval: 5 * time.Millisecond,
+			PollInterval: 10 * time.Millisecond, Rediscover: 50 * time.Millisecond, Limit: 25}),
 	}
+	cfg.OpenSinks = embeddedSinks(cfg)
 	j, err := Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("open: %v", err)

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"github.com/adclick/adclick/ingest"
 	"testing"
 	"time"
 
@@ -41,11 +42,12 @@ func TestRestartWithoutRecordsKeepsTheWatermark(t *testing.T) {
 		t.Helper()
 		cfg := Config{
 			DataDir: dir, Source: "kinesis:" + stream, Parallelism: 2,
-			AllowanceMs: new(int64(200)), WatermarkIntervalMs: 50, IdleMs: 60_000, CheckpointIntervalMs: 300,
+			AllowanceMs: new(int64(200)), Watermarks: ingest.WatermarkOptions{IntervalMs: 50, IdleMs: 60_000}, CheckpointIntervalMs: 300,
 			ExitWhenIdle: time.Second, FlushWritesPerSec: 1e6,
-			Kinesis: KinesisConfig{API: api, Options: kinesis.Options{MinCallInterval: 5 * time.Millisecond,
-				PollInterval: 10 * time.Millisecond}},
+			OpenSource: kinesis.Opener(api, kinesis.Options{Stream: stream, MinCallInterval: 5 * time.Millisecond,
+				PollInterval: 10 * time.Millisecond}),
 		}
+		cfg.OpenSinks = embeddedSinks(cfg)
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		j, err := Open(rctx, cfg)

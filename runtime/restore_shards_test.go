@@ -46,9 +46,12 @@ func TestRestoreRegistersShards(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	d := newDriver(j, nil)
+	d, err := newDriver(j, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var got []string
-	for _, s := range d.wms.Shards() {
+	for _, s := range d.sm.Watermarks().Shards() {
 		got = append(got, s.ID)
 	}
 	if !slices.Equal(got, []string{"busy", "quiet"}) {

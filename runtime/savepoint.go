@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/adclick/adclick/flush"
 )
@@ -108,7 +107,10 @@ func (j *Job) Sweep(ctx context.Context, gen, since, high int64) (flush.Report, 
 		return rep, fmt.Errorf("runtime: checkpoint after sweep: %w", err)
 	}
 	var minuteFrom, hourFrom int64
-	if w, ok := j.plainTotals.(wipeDetector); ok && !strings.HasPrefix(j.cfg.Source, "file:") {
+	j.mu.Lock()
+	virtual := j.virtualSrc
+	j.mu.Unlock()
+	if w, ok := j.plainTotals.(WipeDetector); ok && !virtual {
 		minTTL, hourTTL := w.TTLs()
 		now := j.cfg.Clock.NowMs()
 		minuteFrom, hourFrom = now-minTTL.Milliseconds(), now-hourTTL.Milliseconds()

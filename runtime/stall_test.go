@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"github.com/adclick/adclick/ingest/source"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -110,10 +111,11 @@ func TestCheckpointStoreDownEndsTheJob(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := Config{
 		DataDir: dir, Source: "gen", Parallelism: 2, Registerer: reg,
-		Gen:                  ingest.GenOptions{Ads: 20, Shards: 2, Rate: 500, Seed: 3},
+		OpenSource:           source.Gen(ingest.GenOptions{Ads: 20, Shards: 2, Rate: 500, Seed: 3}),
 		CheckpointIntervalMs: 200, CheckpointTimeoutMs: 1_500,
 		Checkpoints: downStore{Store: local, err: down},
 	}
+	cfg.OpenSinks = embeddedSinks(cfg)
 	j, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -8,9 +8,10 @@ import (
 	"github.com/adclick/adclick/flush"
 )
 
-// wipeDetector is a running-total store that can tell it lost its data
-// (sink/valkey.Store: a marker key, see its package documentation).
-type wipeDetector interface {
+// WipeDetector is an optional capability of a running-total store: it can
+// tell it lost its data (sink/valkey.Store: a marker key, see its package
+// documentation). The job then rewrites every total from state.
+type WipeDetector interface {
 	Wiped(ctx context.Context) (bool, error)
 	BeginRebuild(ctx context.Context) error
 	Arm(ctx context.Context) (bool, error)
@@ -46,7 +47,7 @@ type wipeWatch struct {
 // processing time is its records' (a file replay): every total it wrote
 // then went to the store within the TTL, whatever its event time, so the
 // rebuild is not bounded by time.
-func startWipeWatch(ctx context.Context, j *Job, w wipeDetector, virtual bool) *wipeWatch {
+func startWipeWatch(ctx context.Context, j *Job, w WipeDetector, virtual bool) *wipeWatch {
 	ctx, cancel := context.WithCancel(ctx)
 	ww := &wipeWatch{ckpts: make(chan ckptDone, 1), wiped: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -88,7 +89,7 @@ func (ww *wipeWatch) stop() {
 	<-ww.done
 }
 
-func (ww *wipeWatch) loop(ctx context.Context, j *Job, w wipeDetector, virtual bool) {
+func (ww *wipeWatch) loop(ctx context.Context, j *Job, w WipeDetector, virtual bool) {
 	var found time.Time // when the store was found wiped; zero if it was not
 	for {
 		var c ckptDone
@@ -129,7 +130,7 @@ func (ww *wipeWatch) loop(ctx context.Context, j *Job, w wipeDetector, virtual b
 
 // rebuildTotals rewrites the closed windows' totals from the rows and arms
 // the store again.
-func rebuildTotals(ctx context.Context, j *Job, w wipeDetector, c ckptDone, virtual bool) error {
+func rebuildTotals(ctx context.Context, j *Job, w WipeDetector, c ckptDone, virtual bool) error {
 	// The store expires a total its TTL after writing it: with a real-time
 	// source, windows older than that would be gone anyway.
 	var minuteFrom, hourFrom int64

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -123,35 +122,16 @@ func cmdGen(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		defer f.Close()
 		w = f
 	}
-	bw := bufio.NewWriterSize(w, 1<<20)
-	g := ingest.NewGen(o)
 	bar := newProgress(stderr, o.Clicks, "gen", "clicks")
 	defer bar.finish()
-	var buf []byte
-	for n := 0; ; n++ {
+	_, err := ingest.WriteTrace(w, o, func(n int64) error {
 		// Ctrl-C and SIGTERM stop a long generation (what was written is
 		// flushed, and the command says it was interrupted).
-		if n%4096 == 0 {
-			if ctx.Err() != nil {
-				if err := bw.Flush(); err != nil {
-					return err
-				}
-				return fmt.Errorf("interrupted after %d clicks: %w", n, ctx.Err())
-			}
-			if n > 0 {
-				bar.add(4096)
-			}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("interrupted after %d clicks: %w", n, err)
 		}
-		line, _, ok := g.Next(buf[:0])
-		if !ok {
-			break
-		}
-		buf = append(line, '\n')
-		if _, err := bw.Write(buf); err != nil {
-			return err
-		}
-	}
-	return bw.Flush()
+		bar.set(n)
+		return nil
+	})
+	return err
 }
-
-func bufioWriter(w io.Writer) *bufio.Writer { return bufio.NewWriterSize(w, 1<<20) }

@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"github.com/adclick/adclick/preagg"
@@ -16,9 +14,7 @@ import (
 
 	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
 
-	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kinesis"
-	"github.com/adclick/adclick/ingest/kpl"
 )
 
 // newKinesisClient returns a Kinesis client with the SDK's retries off:
@@ -79,15 +75,6 @@ impression beyond the horizon), so they are never billed: put warns on
 stderr with their number. A trace from adclick gen with its default
 --start-ms now has none but its heavy tail.`
 
-// Kinesis limits of one record.
-const (
-	// maxRecordBytes is the most data plus partition key of one record.
-	maxRecordBytes = 1 << 20
-	// maxPartitionKey is the longest partition key, in characters (here
-	// bytes, which is stricter).
-	maxPartitionKey = 256
-)
-
 func cmdPut(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("put", putSummary, stderr)
 	from := fs.String("from", "", "click file (JSON Lines, file-source format)")
@@ -113,7 +100,7 @@ func cmdPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	p, err := newPutter(ctx, api, stream, *aggregate, *horizonMs)
+	p, err := kinesis.NewPutter(ctx, api, stream, kinesis.PutterOptions{Aggregate: *aggregate, HorizonMs: *horizonMs})
 	if err != nil {
 		return err
 	}
@@ -125,19 +112,19 @@ func cmdPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	var skipped []int
 	lines := 0 // non-blank
-	err = eachLine(in, maxRecordBytes, func(n int, line []byte, size int) error {
+	err = eachLine(in, kinesis.MaxRecordBytes, func(n int, line []byte, size int) error {
 		if size == 0 {
 			return nil
 		}
 		lines++
 		if size > len(line) {
 			fmt.Fprintf(stderr, "adclick put: line %d: %d bytes, more than a Kinesis record holds (%d bytes of data plus partition key): skipped\n",
-				n, size, maxRecordBytes)
+				n, size, kinesis.MaxRecordBytes)
 			skipped = append(skipped, n)
 			return nil
 		}
-		err := p.add(ctx, line, n)
-		var tl *tooLargeError
+		err := p.Add(ctx, line, n)
+		var tl *kinesis.TooLargeError
 		if errors.As(err, &tl) {
 			fmt.Fprintf(stderr, "adclick put: line %d: %v: skipped\n", n, tl)
 			skipped = append(skipped, n)
@@ -146,14 +133,14 @@ func cmdPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	})
 	if err == nil {
-		err = p.flush(ctx)
+		err = p.Flush(ctx)
 	}
 	bar.finish()
-	warnOld(stderr, "put", p.old, *horizonMs)
+	warnOld(stderr, "put", p.Old(), *horizonMs)
 	if err != nil {
-		return p.failed(err)
+		return p.Failed(err)
 	}
-	fmt.Fprintf(stdout, "put %d records into %s\n", p.sent, stream)
+	fmt.Fprintf(stdout, "put %d records into %s\n", p.Sent(), stream)
 	if len(skipped) > 0 {
 		return fmt.Errorf("skipped %d of %d lines, too large for one Kinesis record (lines %s); the other %d were sent",
 			len(skipped), lines, lineList(skipped, 20), lines-len(skipped))
@@ -231,199 +218,45 @@ func eachLine(r io.Reader, limit int, fn func(n int, line []byte, size int) erro
 	}
 }
 
-// partitionKey returns the partition key of a click line: its click_id
-// (from c, the line decoded) when that is 1 to maxPartitionKey bytes, else
-// the hex SHA-256 of the whole line. Keyed by click id, the clicks of one
-// ad spread over all shards, and a resent duplicate gets its original's
-// key; the job de-duplicates by click id across shards either way.
-func partitionKey(line []byte, c *ingest.Click) string {
-	if id := c.ClickID; id != "" && len(id) <= maxPartitionKey {
-		return id
-	}
-	h := sha256.Sum256(line)
-	return hex.EncodeToString(h[:])
-}
-
-// tooLargeError is a line that cannot be put as one Kinesis record.
-type tooLargeError struct {
-	bytes      int  // data plus partition key
-	aggregated bool // it would fit a plain record but not a KPL-aggregated one
-}
-
-func (e *tooLargeError) Error() string {
-	if e.aggregated {
-		return fmt.Sprintf("%d bytes of data plus partition key, too large for one KPL-aggregated record (at most %d bytes with its framing)",
-			e.bytes, kpl.MaxRecordBytes)
-	}
-	return fmt.Sprintf("%d bytes of data plus partition key, more than a Kinesis record holds (%d)", e.bytes, maxRecordBytes)
-}
-
-// putter puts click lines into a stream in batches, mapping the lines'
-// shard values to the stream's shards in order of first appearance, and
-// counts the records confirmed written. Not safe for concurrent use.
-type putter struct {
-	api       kinesis.API
-	stream    string
-	aggregate bool
-	keys      []string // the open shards' starting hash keys
-	shardOf   map[string]int
-	c         ingest.Click
-
-	batch      []kinesis.PutRecord
-	batchBytes int // data plus partition keys in batch
-	batchLast  int // line number of the last record in batch
-
-	sent     int // user records confirmed written
-	sentLast int // line number of the last of them
-
-	horizonMs int64
-	nowMs     int64 // the clock, read at each batch
-	old       oldClicks
-}
-
-// oldClicks counts the clicks put whose impression was more than the
-// horizon before they were put: the recount rejects them.
-type oldClicks struct {
-	n, of    int   // old clicks, of the valid ones
-	oldestMs int64 // the oldest impression among them
-	maxAgeMs int64 // now - oldestMs when it was seen
-}
-
 // warnOld warns on stderr about the clicks the recount will reject.
-func warnOld(stderr io.Writer, cmd string, o oldClicks, horizonMs int64) {
-	if o.n == 0 {
+func warnOld(stderr io.Writer, cmd string, o kinesis.OldClicks, horizonMs int64) {
+	if o.N == 0 {
 		return
 	}
 	fmt.Fprintf(stderr, "adclick %s: warning: %d of %d valid clicks have an impression more than %v before they were put "+
 		"(the oldest %v before, at %s): the stream counts them by event time, but the recount rejects them as beyond the horizon, "+
 		"so they are never billed; a trace from adclick gen should keep its default --start-ms now\n",
-		cmd, o.n, o.of, time.Duration(horizonMs)*time.Millisecond, (time.Duration(o.maxAgeMs) * time.Millisecond).Round(time.Second),
-		time.UnixMilli(o.oldestMs).UTC().Format(time.RFC3339))
+		cmd, o.N, o.Of, time.Duration(horizonMs)*time.Millisecond, (time.Duration(o.MaxAgeMs) * time.Millisecond).Round(time.Second),
+		time.UnixMilli(o.OldestMs).UTC().Format(time.RFC3339))
 }
 
-// aggregateBatch is the most user records put in one go with --aggregate.
-const aggregateBatch = 5000
-
-func newPutter(ctx context.Context, api kinesis.API, stream string, aggregate bool, horizonMs int64) (*putter, error) {
-	keys, err := kinesis.ShardHashKeys(ctx, api, stream)
-	if err != nil {
-		return nil, err
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("stream %s has no open shard", stream)
-	}
-	return &putter{api: api, stream: stream, aggregate: aggregate, keys: keys, shardOf: map[string]int{},
-		horizonMs: horizonMs, nowMs: time.Now().UnixMilli()}, nil
-}
-
-// add queues line n of the input, putting the queued records first when
-// the batch is full. A line that cannot be one record is refused with a
-// *tooLargeError and changes nothing.
-func (p *putter) add(ctx context.Context, line []byte, n int) error {
-	valid := ingest.Decode(line, &p.c) == "" && p.c.ImpressionMs > 0
-	pk := partitionKey(line, &p.c)
-	idx, known := p.shardOf[p.c.Shard]
-	if !known {
-		idx = len(p.shardOf)
-	}
-	ehk := p.keys[idx%len(p.keys)]
-	size := len(line) + len(pk)
-	if size > maxRecordBytes {
-		return &tooLargeError{bytes: size}
-	}
-	if p.aggregate && size > kpl.MaxRecordBytes-1024 {
-		// Near the limit: ask the aggregator whether the framing fits.
-		if _, err := kpl.NewAggregator(kpl.MaxRecordBytes).Add(pk, ehk, line); err != nil {
-			return &tooLargeError{bytes: size, aggregated: true}
-		}
-	}
-	if !known {
-		p.shardOf[p.c.Shard] = idx
-	}
-	full := len(p.batch) >= kinesis.MaxPutEntries
-	if p.aggregate {
-		full = len(p.batch) >= aggregateBatch
-	}
-	if full || p.batchBytes+size > kinesis.MaxPutBytes {
-		if err := p.flush(ctx); err != nil {
-			return err
-		}
-	}
-	p.batch = append(p.batch, kinesis.PutRecord{Data: append([]byte(nil), line...), PartitionKey: pk, ExplicitHashKey: ehk})
-	p.batchBytes += size
-	p.batchLast = n
-	if valid {
-		p.old.of++
-		if age := p.nowMs - p.c.ImpressionMs; age > p.horizonMs {
-			p.old.n++
-			if p.old.n == 1 || p.c.ImpressionMs < p.old.oldestMs {
-				p.old.oldestMs, p.old.maxAgeMs = p.c.ImpressionMs, age
-			}
-		}
-	}
-	return nil
-}
-
-// flush puts the queued records. Without --aggregate a batch is one
-// PutRecords call (at most MaxPutEntries records and MaxPutBytes), so the
-// count of records confirmed written is exact.
-func (p *putter) flush(ctx context.Context) error {
-	if len(p.batch) == 0 {
-		return nil
-	}
-	recs := p.batch
-	if p.aggregate {
-		var err error
-		if recs, err = kinesis.Aggregate(p.batch, 0); err != nil {
-			return err
-		}
-	}
-	if err := kinesis.Put(ctx, p.api, p.stream, recs); err != nil {
-		return err
-	}
-	p.sent += len(p.batch)
-	p.sentLast = p.batchLast
-	p.batch, p.batchBytes = p.batch[:0], 0
-	p.nowMs = time.Now().UnixMilli()
-	return nil
-}
-
-// failed wraps a put or read error with what was written before it.
-func (p *putter) failed(err error) error {
-	if p.sent == 0 {
-		return fmt.Errorf("no record confirmed written: %w", err)
-	}
-	return fmt.Errorf("%d records confirmed written, through line %d; later lines may be partly written "+
-		"(the job de-duplicates by click id, so they can be put again): %w", p.sent, p.sentLast, err)
-}
-
-// putLines puts every line of each into the stream (see putter); a line
-// too large for one record is an error. It returns the records written and
-// the clicks older than the horizon among them.
-func putLines(ctx context.Context, stream string, aggregate bool, horizonMs int64, each func(func([]byte) error) error) (int, oldClicks, error) {
+// putLines puts every line of each into the stream (see kinesis.Putter);
+// a line too large for one record is an error. It returns the records
+// written and the clicks older than the horizon among them.
+func putLines(ctx context.Context, stream string, aggregate bool, horizonMs int64, each func(func([]byte) error) error) (int, kinesis.OldClicks, error) {
 	api, err := newKinesisClient(ctx)
 	if err != nil {
-		return 0, oldClicks{}, err
+		return 0, kinesis.OldClicks{}, err
 	}
-	p, err := newPutter(ctx, api, stream, aggregate, horizonMs)
+	p, err := kinesis.NewPutter(ctx, api, stream, kinesis.PutterOptions{Aggregate: aggregate, HorizonMs: horizonMs})
 	if err != nil {
-		return 0, oldClicks{}, err
+		return 0, kinesis.OldClicks{}, err
 	}
 	n := 0
 	err = each(func(line []byte) error {
 		n++
-		err := p.add(ctx, line, n)
-		var tl *tooLargeError
+		err := p.Add(ctx, line, n)
+		var tl *kinesis.TooLargeError
 		if errors.As(err, &tl) {
 			return fmt.Errorf("line %d: %w", n, err)
 		}
 		return err
 	})
 	if err == nil {
-		err = p.flush(ctx)
+		err = p.Flush(ctx)
 	}
 	if err != nil {
-		return p.sent, p.old, p.failed(err)
+		return p.Sent(), p.Old(), p.Failed(err)
 	}
-	return p.sent, p.old, nil
+	return p.Sent(), p.Old(), nil
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,11 +44,8 @@ the recount, and hints such as "all shards idle: the watermark cannot
 advance". --json prints the API's JSON answer instead.`
 )
 
-// maxAnswerBytes bounds what the commands read of an answer.
-const maxAnswerBytes = 4 << 20
-
-// apiClient holds the flags shared by the operator commands.
-type apiClient struct {
+// opsFlags are the flags shared by the operator commands.
+type opsFlags struct {
 	base    string
 	token   string
 	data    string
@@ -60,7 +55,7 @@ type apiClient struct {
 	tokenNote string
 }
 
-func (c *apiClient) register(fs *flag.FlagSet, timeout time.Duration) {
+func (c *opsFlags) register(fs *flag.FlagSet, timeout time.Duration) {
 	fs.StringVar(&c.base, "api", "http://127.0.0.1:8080", "base URL of the job's HTTP API")
 	fs.StringVar(&c.token, "token", "", "bearer token of the API (default: $ADCLICK_ADMIN_TOKEN, else for a loopback --api the token adclick run wrote to <--data>/"+adminTokenFile+")")
 	fs.StringVar(&c.data, "data", "./adclick-data", "the job's data directory, where adclick run keeps the admin token it generated (used when no token is given and --api is loopback)")
@@ -68,7 +63,7 @@ func (c *apiClient) register(fs *flag.FlagSet, timeout time.Duration) {
 }
 
 // check validates the flags after parsing.
-func (c *apiClient) check() error {
+func (c *opsFlags) check() error {
 	u, err := url.Parse(c.base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usageError{fmt.Errorf("--api %q: want an http:// or https:// URL such as http://127.0.0.1:8080", c.base)}
@@ -89,7 +84,7 @@ func (c *apiClient) check() error {
 // tokenFromData reads the admin token adclick run wrote under --data, for
 // a job on this machine only: a token of this machine's job is not sent
 // to another host.
-func (c *apiClient) tokenFromData(host string) {
+func (c *opsFlags) tokenFromData(host string) {
 	path := adminTokenPath(c.data)
 	if !api.IsLoopback(host) {
 		c.tokenNote = fmt.Sprintf("the token file under --data (%s) is only used for a loopback --api", path)
@@ -107,89 +102,41 @@ func (c *apiClient) tokenFromData(host string) {
 	}
 }
 
-// call sends a request with an optional JSON body and copies a successful
-// answer, indented, to stdout. An error answer becomes an error carrying
-// the API's code and message.
-func (c *apiClient) call(ctx context.Context, method, path string, body any, stdout io.Writer) error {
-	b, err := c.fetch(ctx, method, path, body)
-	if err != nil {
-		return err
-	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, b, "", "  "); err != nil {
-		return err
-	}
-	out.WriteByte('\n')
-	_, err = stdout.Write(out.Bytes())
-	return err
+// client returns the API client of the checked flags.
+func (c *opsFlags) client() *api.Client {
+	return &api.Client{Base: c.base, Token: c.token, Timeout: c.timeout}
 }
 
-// fetch sends a request with an optional JSON body and returns the JSON of
-// a successful answer.
-func (c *apiClient) fetch(ctx context.Context, method, path string, body any) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
+// call sends a request (api.Client.Call): a successful answer is copied,
+// indented, to stdout.
+func (c *opsFlags) call(ctx context.Context, method, path string, body any, stdout io.Writer) error {
+	return c.explain(c.client().Call(ctx, method, path, body, stdout))
+}
+
+// explain adds to an error of the client the flags that may cure it.
+func (c *opsFlags) explain(err error) error {
+	var se *api.StatusError
+	var ue *url.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &se) && se.StatusCode == http.StatusUnauthorized && se.Code != "":
+		hint := "pass --token or set ADCLICK_TOKEN"
+		if c.tokenNote != "" {
+			hint += " (" + c.tokenNote + ")"
 		}
-		rd = bytes.NewReader(b)
+		return fmt.Errorf("%w; %s", err, hint)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w (--timeout)", err)
+	case errors.As(err, &ue):
+		return fmt.Errorf("%w (is the job running with its HTTP API on --api?)", err)
 	}
-	u := c.base + path
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, u, err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%s %s: no answer within %v (--timeout): %w", method, u, c.timeout, err)
-		}
-		return nil, fmt.Errorf("%s %s: %w (is the job running with its HTTP API on --api?)", method, u, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: read answer: %w", method, u, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var eb struct {
-			Error struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
-			msg := fmt.Errorf("%s %s: %s (%s): %s", method, u, resp.Status, eb.Error.Code, eb.Error.Message)
-			if resp.StatusCode == http.StatusUnauthorized {
-				hint := "pass --token or set ADCLICK_TOKEN"
-				if c.tokenNote != "" {
-					hint += " (" + c.tokenNote + ")"
-				}
-				return nil, fmt.Errorf("%w; %s", msg, hint)
-			}
-			return nil, msg
-		}
-		return nil, fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, strings.TrimSpace(string(b)))
-	}
-	if !json.Valid(b) {
-		return nil, fmt.Errorf("%s %s: the answer is not JSON: %.200q", method, u, b)
-	}
-	return b, nil
+	return err
 }
 
 func cmdSavepoint(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("savepoint", savepointSummary, stderr)
-	var c apiClient
+	var c opsFlags
 	c.register(fs, 10*time.Minute)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -202,7 +149,7 @@ func cmdSavepoint(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 func cmdStop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("stop", stopSummary, stderr)
-	var c apiClient
+	var c opsFlags
 	c.register(fs, 10*time.Minute)
 	savepoint := fs.Bool("savepoint", false, "keep a savepoint of the final checkpoint")
 	if err := parse(fs, args); err != nil {
@@ -238,7 +185,7 @@ func (o *optInt64) Set(s string) error {
 
 func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("sweep", sweepSummary, stderr)
-	var c apiClient
+	var c opsFlags
 	c.register(fs, 30*time.Minute)
 	var gen, since optInt64
 	fs.Var(&gen, "gen", "job generation of the old version, whose writes are removed (required)")
@@ -272,7 +219,7 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("status", statusSummary, stderr)
-	var c apiClient
+	var c opsFlags
 	c.register(fs, 10*time.Second)
 	asJSON := fs.Bool("json", false, "print the API's JSON answer (GET /v1/status) instead of the summary")
 	if err := parse(fs, args); err != nil {
@@ -284,13 +231,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *asJSON {
 		return c.call(ctx, http.MethodGet, "/v1/status", nil, stdout)
 	}
-	b, err := c.fetch(ctx, http.MethodGet, "/v1/status", nil)
+	st, err := c.client().Status(ctx)
 	if err != nil {
-		return err
-	}
-	var st api.StatusResponse
-	if err := json.Unmarshal(b, &st); err != nil {
-		return fmt.Errorf("GET %s/v1/status: %w", c.base, err)
+		return c.explain(err)
 	}
 	return printStatus(stdout, st)
 }

@@ -167,7 +167,7 @@ func TestOpsTokenFileOnlyForLoopback(t *testing.T) {
 		{"http://127.0.0.1:8080", true}, {"http://localhost:1", true}, {"http://[::1]:8080", true},
 		{"http://10.0.0.7:8080", false}, {"https://adclick.example.com", false}, {"http://127.0.0.1.example.com:80", false},
 	} {
-		cl := apiClient{base: c.api, data: data, timeout: 1}
+		cl := opsFlags{base: c.api, data: data, timeout: 1}
 		if err := cl.check(); err != nil {
 			t.Fatal(err)
 		}

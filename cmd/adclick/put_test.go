@@ -18,7 +18,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
-	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kinesis/kinesistest"
 	"github.com/adclick/adclick/ingest/kpl"
 )
@@ -296,30 +295,6 @@ func TestEachLine(t *testing.T) {
 			}
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("got %.200v, want %.200v", got, tc.want)
-			}
-		})
-	}
-}
-
-// TestPartitionKey checks the key of a line: its click_id, or the hash of
-// the line.
-func TestPartitionKey(t *testing.T) {
-	for _, tc := range []struct {
-		name, line, want string
-	}{
-		{"click_id", putLine("c-1", "hot", "s0", 0), "c-1"},
-		{"unicode_click_id", putLine("é🎉", "hot", "s0", 0), "é🎉"},
-		{"click_id_256_bytes", putLine(strings.Repeat("k", 256), "hot", "s0", 0), strings.Repeat("k", 256)},
-		{"click_id_257_bytes", putLine(strings.Repeat("k", 257), "hot", "s0", 0), lineHash(putLine(strings.Repeat("k", 257), "hot", "s0", 0))},
-		{"no_click_id", `{"ad_id":"hot"}`, lineHash(`{"ad_id":"hot"}`)},
-		{"not_json", "not json", lineHash("not json")},
-		{"invalid_click_still_keyed", `{"click_id":"c-2","ad_id":"hot","spend_micros":-1}`, "c-2"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var c ingest.Click
-			ingest.Decode([]byte(tc.line), &c)
-			if got := partitionKey([]byte(tc.line), &c); got != tc.want {
-				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/adclick/adclick/eventtime"
 	"github.com/adclick/adclick/preagg"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -124,7 +124,7 @@ func recountMain(ctx context.Context, name, summary string, write bool, args []s
 	if err != nil {
 		return err
 	}
-	ck, err := latestCheckpoint(ctx, f.checkpoints, f.data)
+	ck, where, err := latestCheckpoint(ctx, f.checkpoints, f.data)
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func recountMain(ctx context.Context, name, summary string, write bool, args []s
 		return err
 	}
 	if wmFn == nil && !f.force {
-		return fmt.Errorf("no checkpoint in %s: the job watermark is unknown; pass --watermark, or --force", checkpointsWhere(f.checkpoints, f.data))
+		return fmt.Errorf("no checkpoint in %s: the job watermark is unknown; pass --watermark, or --force", where)
 	}
 	rows, closeRows, err := openRows(ctx, &f.sf, f.data)
 	if err != nil {
@@ -147,7 +147,7 @@ func recountMain(ctx context.Context, name, summary string, write bool, args []s
 	o := recount.Options{Store: store, Rows: rows, Gen: f.gen, Watermark: wmFn, Force: f.force,
 		Judge:    recount.Judge{HorizonMs: f.horizonMs, AllowanceMs: &f.allowanceMs},
 		MarginMs: f.marginMs, MaxLoggedIDs: f.maxIDs, Logger: log}
-	if o.Hours, err = selectHours(ctx, &f, store, wmFn); err != nil {
+	if o.Hours, err = f.selectHours(ctx, store, wmFn); err != nil {
 		return err
 	}
 	if len(o.Hours) == 0 {
@@ -244,61 +244,44 @@ func openRows(ctx context.Context, sf *sinkFlags, data string) (sink.Rows, func(
 
 // jobCheckpoint is the job's latest complete checkpoint.
 type jobCheckpoint struct {
-	id    int64
-	where string // the store's location of it
 	meta  runtime.Meta
-}
-
-func checkpointsWhere(checkpoints, data string) string {
-	if checkpoints != "" {
-		return checkpoints
-	}
-	return filepath.Join(data, "checkpoints")
+	where string // the store's location of it
 }
 
 // latestCheckpoint reads the metadata of the job's newest complete
-// checkpoint, as the checkpoint store defines it (Latest; its meta.json
-// checked against the manifest): in an s3:// --checkpoints store, else
-// under DATA. It returns nil if there is none.
-func latestCheckpoint(ctx context.Context, checkpoints, data string) (*jobCheckpoint, error) {
+// checkpoint (runtime.LatestMeta): in an s3:// --checkpoints store, else
+// in the store under DATA, which is not created if missing. It returns nil
+// if there is none, and where it looked.
+func latestCheckpoint(ctx context.Context, checkpoints, data string) (*jobCheckpoint, string, error) {
 	var st ckptstore.Store
-	switch {
-	case checkpoints != "":
+	where := checkpoints
+	if checkpoints != "" {
 		if !strings.HasPrefix(checkpoints, "s3://") {
-			return nil, usageError{fmt.Errorf("--checkpoints %q: want s3://BUCKET/PREFIX (the default reads DATA/checkpoints)", checkpoints)}
+			return nil, "", usageError{fmt.Errorf("--checkpoints %q: want s3://BUCKET/PREFIX (the default reads DATA/checkpoints)", checkpoints)}
 		}
 		var err error
 		if st, err = openCheckpoints(ctx, checkpoints, nil); err != nil {
-			return nil, err
+			return nil, "", err
 		}
-	default:
-		// A data directory without checkpoints is left as it is (opening
-		// the store would create the folders).
-		if _, err := os.Stat(filepath.Join(data, "checkpoints")); errors.Is(err, os.ErrNotExist) {
-			return nil, nil
+	} else {
+		where = filepath.Join(data, "checkpoints")
+		l, err := ckptstore.OpenLocal(data, ckptstore.Options{})
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, where, nil
 		}
-		var err error
-		if st, err = ckptstore.NewLocal(data, ckptstore.Options{}); err != nil {
-			return nil, err
+		if err != nil {
+			return nil, "", err
 		}
+		st = l
 	}
-	where := checkpointsWhere(checkpoints, data)
-	id, ok, err := st.Latest(ctx, ckptstore.Checkpoint)
+	m, ok, err := runtime.LatestMeta(ctx, st)
 	if err != nil {
-		return nil, fmt.Errorf("latest checkpoint in %s: %w", where, err)
+		return nil, "", fmt.Errorf("checkpoints in %s: %w", where, err)
 	}
 	if !ok {
-		return nil, nil
+		return nil, where, nil
 	}
-	b, err := st.ReadFile(ctx, id, ckptstore.Checkpoint, "meta.json")
-	if err != nil {
-		return nil, fmt.Errorf("read checkpoint %d: %w", id, err)
-	}
-	ck := &jobCheckpoint{id: id, where: st.Location(id, ckptstore.Checkpoint)}
-	if err := json.Unmarshal(b, &ck.meta); err != nil {
-		return nil, fmt.Errorf("checkpoint %d: meta.json: %w", id, err)
-	}
-	return ck, nil
+	return &jobCheckpoint{meta: m, where: st.Location(m.ID, ckptstore.Checkpoint)}, where, nil
 }
 
 // settingsValue returns the integer value of key in a checkpoint's
@@ -342,21 +325,21 @@ func (f *recountFlags) jobSettings(fs *flag.FlagSet, ck *jobCheckpoint, log *slo
 		switch given := explicit(fs, s.flag); {
 		case !s.recorded:
 			log.Warn("the checkpoint does not record the job's setting: using the flag's, which must be the job's",
-				"checkpoint", ck.id, "flag", "--"+s.flag, "value", *s.v)
+				"checkpoint", ck.meta.ID, "flag", "--"+s.flag, "value", *s.v)
 		case !given || *s.v == s.job:
 			*s.v = s.job
 		case f.forceSettings:
 			log.Warn("judging with a setting that differs from the job's (--force-settings)",
-				"flag", "--"+s.flag, "value", *s.v, "job", s.job, "checkpoint", ck.id)
+				"flag", "--"+s.flag, "value", *s.v, "job", s.job, "checkpoint", ck.meta.ID)
 		default:
-			errs = append(errs, fmt.Errorf("--%s %d differs from the job's %d (checkpoint %d, %s)", s.flag, *s.v, s.job, ck.id, ck.where))
+			errs = append(errs, fmt.Errorf("--%s %d differs from the job's %d (checkpoint %d, %s)", s.flag, *s.v, s.job, ck.meta.ID, ck.where))
 		}
 	}
 	if len(errs) > 0 {
 		errs = append(errs, errors.New("the recount must judge clicks as the job did: drop the flag (the job's value is the default), or pass --force-settings"))
 		return usageError{errors.Join(errs...)}
 	}
-	log.Info("judging clicks", "horizon_ms", f.horizonMs, "allowance_ms", f.allowanceMs, "job_checkpoint", ck.id)
+	log.Info("judging clicks", "horizon_ms", f.horizonMs, "allowance_ms", f.allowanceMs, "job_checkpoint", ck.meta.ID)
 	return nil
 }
 
@@ -390,50 +373,32 @@ func parseTimeMs(s string) (int64, error) {
 	return t.UnixMilli(), nil
 }
 
-// selectHours returns the hours the flags name.
-func selectHours(ctx context.Context, f *recountFlags, store recount.Store, wmFn func(context.Context) (int64, error)) ([]int64, error) {
+// selectHours returns the hours the flags name (recount.SelectHours).
+func (f *recountFlags) selectHours(ctx context.Context, store recount.Store, wmFn func(context.Context) (int64, error)) ([]int64, error) {
+	sel := recount.Selection{AllReady: f.allReady, Force: f.force, HorizonMs: f.horizonMs, MarginMs: f.marginMs}
 	switch {
 	case f.hour != "":
 		h, err := recount.ParseHour(f.hour)
 		if err != nil {
 			return nil, usageError{err}
 		}
-		return []int64{h}, nil
-	case f.allReady:
-		var wm int64 = 1<<63 - 1
-		if wmFn != nil {
-			var err error
-			if wm, err = wmFn(ctx); err != nil {
-				return nil, err
-			}
+		sel.FromMs, sel.ToMs = h, h
+	case !f.allReady:
+		if f.from == "" || f.to == "" {
+			return nil, usageError{errors.New("--from and --to go together")}
 		}
-		var hs []int64
-		err := recount.Hours(ctx, store, 0, func(h int64) error {
-			if !f.force && recount.ReadyAt(h, f.horizonMs, f.marginMs) > wm {
-				return recount.ErrStopList
-			}
-			hs = append(hs, h)
-			return nil
-		})
-		return hs, err
+		var err error
+		if sel.FromMs, err = recount.ParseHour(f.from); err != nil {
+			return nil, usageError{err}
+		}
+		if sel.ToMs, err = recount.ParseHour(f.to); err != nil {
+			return nil, usageError{err}
+		}
 	}
-	if f.from == "" || f.to == "" {
-		return nil, usageError{errors.New("--from and --to go together")}
-	}
-	from, err := recount.ParseHour(f.from)
-	if err != nil {
+	hs, err := recount.SelectHours(ctx, store, sel, wmFn)
+	var re *recount.RangeError
+	if errors.As(err, &re) {
 		return nil, usageError{err}
 	}
-	to, err := recount.ParseHour(f.to)
-	if err != nil {
-		return nil, usageError{err}
-	}
-	if to < from || (to-from)/eventtime.HourMs > 24*366 {
-		return nil, usageError{fmt.Errorf("--from %s --to %s: want from <= to, at most a year apart", f.from, f.to)}
-	}
-	var hs []int64
-	for h := from; h <= to; h += eventtime.HourMs {
-		hs = append(hs, h)
-	}
-	return hs, nil
+	return hs, err
 }

@@ -273,3 +273,88 @@ func TestCmdRecountJudgesWithTheJobsSettings(t *testing.T) {
 		t.Errorf("forced: got %+v, want final 3, B 1", a)
 	}
 }
+
+// TestCmdRecountTakesTheStoresLatestCheckpoint: the recount reads the job's
+// latest checkpoint as the checkpoint store defines it. A newer checkpoint
+// directory without its manifest (an upload that never completed, which a
+// restore would not use either) is not taken, though its meta.json would
+// make the hour final; once stored completely, it is. A data directory
+// without checkpoints gets none created.
+func TestCmdRecountTakesTheStoresLatestCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	ready := recount.ReadyAt(cliHour, 7_200_000, 600_000)
+	data := recountData(t, ready-60_000) // checkpoints 1 and 2, the hour 1 min short of final
+	allowanceMs := int64(5_000)
+	newer := runtime.Meta{ID: 3, JobGen: 1, Watermark: ready, AllowanceMs: &allowanceMs,
+		Settings: "format=3 window_ms=60000 horizon_ms=7200000 max_parallelism=128 dedup=true"}
+	st, err := ckptstore.NewLocal(data, ckptstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	partial := st.Dir(3, ckptstore.Checkpoint)
+	if err := os.MkdirAll(partial, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(newer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(partial, "meta.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	id, ok, err := st.Latest(ctx, ckptstore.Checkpoint)
+	if err != nil || !ok || id != 2 {
+		t.Fatalf("store: Latest got %d, %v, %v; want checkpoint 2", id, ok, err)
+	}
+	ck, _, err := latestCheckpoint(ctx, "", data)
+	if err != nil || ck == nil || ck.meta.ID != id || ck.meta.Watermark != ready-60_000 || ck.where != st.Dir(2, ckptstore.Checkpoint) {
+		t.Fatalf("recount: latest checkpoint %+v, %v; want the store's, checkpoint %d at %s", ck, err, id, st.Dir(2, ckptstore.Checkpoint))
+	}
+	var out, errb bytes.Buffer
+	err = cmdRecount(ctx, []string{"--hour", "2026-11-29T10Z", "--data", data}, &out, &errb)
+	if err == nil || !strings.Contains(err.Error(), "1m0s to go") {
+		t.Fatalf("with checkpoint 3 incomplete: got %v, want the hour not final by checkpoint 2's watermark (1m0s to go)", err)
+	}
+
+	// Completed, checkpoint 3 is the latest for both.
+	if err := os.RemoveAll(partial); err != nil {
+		t.Fatal(err)
+	}
+	writeCheckpoint(t, data, newer)
+	if id, _, _ := st.Latest(ctx, ckptstore.Checkpoint); id != 3 {
+		t.Fatalf("store: Latest got %d, want 3", id)
+	}
+	if ck, _, err := latestCheckpoint(ctx, "", data); err != nil || ck == nil || ck.meta.ID != 3 {
+		t.Fatalf("recount: latest checkpoint %+v, %v; want 3", ck, err)
+	}
+	if err := cmdRecount(ctx, []string{"--hour", "2026-11-29T10Z", "--data", data}, &out, &errb); err != nil {
+		t.Fatalf("with checkpoint 3 complete: %v", err)
+	}
+
+	// No checkpoints folder: none is found, and none is created.
+	empty := t.TempDir()
+	ck, where, err := latestCheckpoint(ctx, "", empty)
+	if err != nil || ck != nil || where != filepath.Join(empty, "checkpoints") {
+		t.Errorf("empty data dir: got %+v, %q, %v; want no checkpoint in %s", ck, where, err, filepath.Join(empty, "checkpoints"))
+	}
+	if ents, _ := os.ReadDir(empty); len(ents) != 0 {
+		t.Errorf("reading the checkpoints of an empty data dir created %d entries", len(ents))
+	}
+}
+
+// TestCmdRecountHourRangeIsAUsageError: a range recount.SelectHours
+// refuses exits 2, naming the hours.
+func TestCmdRecountHourRangeIsAUsageError(t *testing.T) {
+	data := recountData(t, recount.ReadyAt(cliHour, 7_200_000, 600_000))
+	for _, args := range [][]string{
+		{"--from", "2026-11-29T12Z", "--to", "2026-11-29T10Z"},
+		{"--from", "2026-11-29T10Z", "--to", "2027-12-01T10Z"},
+	} {
+		var out, errb bytes.Buffer
+		code := realMain(append([]string{"reconcile", "--data", data}, args...), &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "want hour starts, from <= to, at most a year apart") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and the range refused", args, code, errb.String())
+		}
+	}
+}

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/adclick/adclick/eventtime"
-	"github.com/adclick/adclick/preagg"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -24,9 +23,15 @@ import (
 
 	"github.com/adclick/adclick/api"
 	"github.com/adclick/adclick/ckptstore"
+	"github.com/adclick/adclick/eventtime"
 	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/ingest/kinesis"
+	"github.com/adclick/adclick/ingest/source"
+	"github.com/adclick/adclick/internal/bench"
 	"github.com/adclick/adclick/lease"
+	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/runtime"
+	"github.com/adclick/adclick/sink/embedded"
 )
 
 const runSummary = `Runs the job. With no flags it runs in embedded mode: the built-in generator
@@ -86,12 +91,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cfg.FromSavepoint, "from-savepoint", "", "start from this savepoint instead of the latest checkpoint (blue/green, rescaling, upgrades): an id in this job's checkpoint store, a local folder, or another job's savepoint in S3 as `adclick savepoint` printed it (s3://BUCKET/PREFIX/manifests/sp-<id>.json)")
 	fs.Int64Var(&cfg.JobGen, "job-gen", 1, "job generation (job_gen) of this version; raise it for each blue/green deployment")
 	allowance := fs.Int64("allowance-ms", ingest.DefaultAllowanceMs, "out-of-orderness allowance: watermark = max event time - allowance - 1 ms (0 is allowed: the watermark trails the newest event by 1 ms)")
-	fs.Int64Var(&cfg.WatermarkIntervalMs, "watermark-interval-ms", 200, "watermark emission interval (processing time)")
-	fs.Int64Var(&cfg.IdleMs, "idle-ms", 30000, "a shard with no records for this long leaves the watermark minimum")
-	fs.Int64Var(&cfg.WindowMs, "window-ms", 60000, "window size (must divide an hour)")
-	fs.Int64Var(&cfg.HorizonMs, "horizon-ms", preagg.DefaultHorizonMs, "acceptance horizon after the impression; dedup ids expire at impression + horizon")
-	fs.Int64Var(&cfg.GuardMs, "guard-ms", preagg.DefaultGuardMs, "processing-time guard on dedup ids, in case the watermark is stuck")
-	fs.Int64Var(&cfg.PreaggFlushMs, "preagg-flush-ms", 500, "pre-aggregation buffer interval")
+	fs.Int64Var(&cfg.Watermarks.IntervalMs, "watermark-interval-ms", 200, "watermark emission interval (processing time)")
+	fs.Int64Var(&cfg.Watermarks.IdleMs, "idle-ms", 30000, "a shard with no records for this long leaves the watermark minimum")
+	fs.Int64Var(&cfg.PreAgg.WindowMs, "window-ms", 60000, "window size (must divide an hour)")
+	fs.Int64Var(&cfg.PreAgg.HorizonMs, "horizon-ms", preagg.DefaultHorizonMs, "acceptance horizon after the impression; dedup ids expire at impression + horizon")
+	fs.Int64Var(&cfg.PreAgg.GuardMs, "guard-ms", preagg.DefaultGuardMs, "processing-time guard on dedup ids, in case the watermark is stuck")
+	fs.Int64Var(&cfg.PreAgg.FlushIntervalMs, "preagg-flush-ms", 500, "pre-aggregation buffer interval")
 	fs.Int64Var(&cfg.EarlyFiringMs, "early-firing-ms", 1000, "running totals for dashboards every this many ms")
 	fs.Int64Var(&cfg.CheckpointIntervalMs, "checkpoint-interval-ms", 30000, "checkpoint interval (virtual time in a file replay)")
 	fs.Int64Var(&cfg.CheckpointPauseMs, "checkpoint-pause-ms", 0, "least time from a completed checkpoint to the next one's start, so that slow checkpoints leave the graph time to process (0 = 5000, at most half the interval)")
@@ -112,15 +117,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	statsFile := fs.String("stats-file", "", "write run statistics (batch latencies, state size) as JSON to this file at exit")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	genFlags(fs, &cfg.Gen, "gen-")
+	var genOpts ingest.GenOptions
+	genFlags(fs, &genOpts, "gen-")
 	var sf sinkFlags
 	sf.register(fs, true)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	cfg.AllowanceMs = allowance
-	cfg.Retention = retention()
-	sf.retention = cfg.Retention
+	sf.retention = retention()
 	cfg.DedupMemoryBytes = *dedupMB << 20
 	if err := refuseZero(fs, "watermark-interval-ms", "idle-ms", "window-ms", "horizon-ms", "guard-ms",
 		"preagg-flush-ms", "early-firing-ms", "checkpoint-interval-ms", "checkpoint-timeout-ms", "checkpoints-kept", "job-gen", "max-connections", "lease-ms", "sink-outage-ms", "dedup-memory-mb"); err != nil {
@@ -130,19 +135,25 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	if cfg.Source != "gen" && !strings.HasPrefix(cfg.Source, "file:") && !strings.HasPrefix(cfg.Source, "kinesis:") {
-		return usageError{fmt.Errorf("--source %q: want gen, file:PATH or kinesis:STREAM", cfg.Source)}
-	}
-	if strings.HasPrefix(cfg.Source, "kinesis:") {
-		if err := parseStartAt(*startAt, &cfg.Kinesis.Options); err != nil {
+	// The source: one line per kind.
+	kind, name, _ := strings.Cut(cfg.Source, ":")
+	switch {
+	case cfg.Source == "gen":
+		cfg.OpenSource = source.Gen(genOpts)
+	case kind == "file" && name != "":
+		cfg.OpenSource = source.File(name)
+	case kind == "kinesis" && name != "":
+		ko := kinesis.Options{Stream: name, Limit: int32(*kinesisLimit)}
+		if err := parseStartAt(*startAt, &ko); err != nil {
 			return err
 		}
-		cfg.Kinesis.Options.Limit = int32(*kinesisLimit)
 		api, err := newKinesisClient(ctx)
 		if err != nil {
 			return err
 		}
-		cfg.Kinesis.API = api
+		cfg.OpenSource = kinesis.Opener(api, ko)
+	default:
+		return usageError{fmt.Errorf("--source %q: want gen, file:PATH or kinesis:STREAM", cfg.Source)}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
@@ -181,6 +192,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer closeSinks()
 	cfg.Rows, cfg.Totals = rows, totals
+	if rows == nil {
+		// Embedded mode: the store under --data, opened by the job once it
+		// holds the data dir.
+		cfg.OpenSinks = embedded.Opener(filepath.Join(cfg.DataDir, "store"), embedded.Options{Registerer: reg, Retention: sf.retention})
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -257,7 +273,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if *statsFile != "" {
-		if err := writeStats(*statsFile, job.Stats()); err != nil {
+		if err := bench.WriteStats(*statsFile, job.Stats()); err != nil {
 			return err
 		}
 	}

@@ -59,6 +59,15 @@
 // Next reports a shard's lifecycle with events: EventShardAdded before its
 // first record, EventShardClosed after its last.
 //
+// # Putting
+//
+// Put sends records with PutRecords within the service limits, retrying
+// the entries that fail. A Putter is what adclick put and gen --to drive:
+// it makes each click line a record (keyed by PartitionKey, sent to the
+// open shard its "shard" value maps to), refuses a line that cannot be one
+// record with a TooLargeError, batches the rest (KPL-aggregated if asked)
+// and counts what was confirmed written.
+//
 // The package owns goroutines and does I/O; it is not part of the
 // deterministic core. The kinesistest package holds an in-memory API for
 // tests and for running a job without a server.

@@ -35,6 +35,8 @@ var core = []struct{ pkg, what string }{
 	{"windowing", "minute windows, early firings, the hour roll-up, key groups"},
 	{"latepath", "late totals and the exceptions-log record"},
 	{"flush", "Decide, and drivers that do their I/O through the sink interfaces only"},
+	{"eventtime", "event-time arithmetic: no watermark, minutes, hours, closed windows, saturating sums"},
+	{"operator", "the subtasks as machines: Step a message, carry out the Ready, Advance"},
 }
 
 // forbidden are the packages no core package may bring in, directly or
@@ -72,6 +74,8 @@ var allowed = []allowance{
 		why: "the JSON Lines file source, an adapter that lives in package ingest, opens its file; decoding and watermarks do not use os"},
 	{from: module + "/flush", to: module + "/sink",
 		why: "sink holds the row and total interfaces (and their value types) through which the flush drivers do their I/O; it is walked like a core package"},
+	{from: module + "/operator", to: module + "/sink",
+		why: "the window machine decides sink.Put and sink.Total values (the caller writes them); it is walked like a core package"},
 }
 
 // opaque are dependencies the walk does not enter, with the reason.

@@ -169,9 +169,9 @@ func run(t *rapid.T, tr []tclick, o Options, p plan) outcome {
 		t.Fatalf("Final: %v", err)
 	}
 	collect()
-	for _, pr := range s.pres {
-		if pr.dd != nil && pr.dd.mem.Len() != len(pr.dd.shadow) {
-			t.Fatalf("dedup copy out of step: MemDedup holds %d ids, shadow %d", pr.dd.mem.Len(), len(pr.dd.shadow))
+	for _, dd := range s.dedups {
+		if dd != nil && dd.mem.Len() != len(dd.shadow) {
+			t.Fatalf("dedup copy out of step: MemDedup holds %d ids, shadow %d", dd.mem.Len(), len(dd.shadow))
 		}
 	}
 	return outcome{sink: s.Sink(), verdicts: verdicts, restores: restores}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/adclick/adclick/preagg"
+	"github.com/adclick/adclick/sink"
 )
 
 // dedupKey is a click id in its key group.
@@ -84,24 +85,26 @@ func newSink() *Sink {
 	return &Sink{minutes: map[Key]Value{}, hourFast: map[Key]Value{}, late: map[Key]Value{}, totals: map[Key]Value{}}
 }
 
-// putMinute writes a closed minute with the closed-row condition: refused
-// when the row carries a tag below the restored checkpoint c.
-func (k *Sink) putMinute(r RowOut, c int64) bool {
-	key := Key{r.Ad, r.StartMs, false}
-	if old, ok := k.minutes[key]; ok && old.Epoch < c {
-		k.refused++
-		return false
+// put applies a tagged write as the row store does (ro is the row it
+// writes): a closed minute with the closed-row condition, refused (false)
+// when the row carries a tag below the restored checkpoint; an hour's fast
+// roll-up or a late total as that writer's attributes.
+func (k *Sink) put(p sink.Put, ro RowOut) bool {
+	key := Key{ro.Ad, ro.StartMs, ro.Hour}
+	v := Value{p.Valid, p.SpendMicros, p.Epoch}
+	switch {
+	case p.Writer == sink.Late:
+		k.late[key] = v
+	case p.ClosedRow:
+		if old, ok := k.minutes[key]; ok && old.Epoch < p.RestoredCkpt {
+			k.refused++
+			return false
+		}
+		k.minutes[key] = v
+	default:
+		k.hourFast[key] = v
 	}
-	k.minutes[key] = Value{r.Valid, r.SpendMicros, r.Epoch}
 	return true
-}
-
-func (k *Sink) putHourFast(r RowOut) {
-	k.hourFast[Key{r.Ad, r.StartMs, true}] = Value{r.Valid, r.SpendMicros, r.Epoch}
-}
-
-func (k *Sink) putLate(r RowOut) {
-	k.late[Key{r.Ad, r.StartMs, true}] = Value{r.Valid, r.SpendMicros, r.Epoch}
 }
 
 func (k *Sink) setTotal(r RowOut) {

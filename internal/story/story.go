@@ -3,14 +3,16 @@ package story
 import (
 	"errors"
 	"fmt"
-	"github.com/adclick/adclick/eventtime"
 	"maps"
 	"math"
 	"slices"
 
+	"github.com/adclick/adclick/eventtime"
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/latepath"
+	"github.com/adclick/adclick/operator"
 	"github.com/adclick/adclick/preagg"
+	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/windowing"
 )
 
@@ -101,10 +103,13 @@ type Checkpoint struct {
 	ID       int64
 	Position int // clicks consumed before the barrier
 	Floors   []int64
-	Win      map[int][]byte
-	Late     map[int][]byte
-	Dedup    map[dedupKey]int64
-	TakenMs  int64
+	// Forgotten are the pre-aggregators' dedup bookkeeping
+	// (preagg.PreAgg.Forgotten), restored as the runtime restores it.
+	Forgotten []int64
+	Win       map[int][]byte
+	Late      map[int][]byte
+	Dedup     map[dedupKey]int64
+	TakenMs   int64
 	// Partials forwarded before the barrier by each cause, for tests.
 	Parallelism int
 }
@@ -118,47 +123,21 @@ func (c *Checkpoint) Floor() int64 {
 	return f
 }
 
-type lateClick struct {
-	ad             string
-	eventMs, spend int64
-}
-
-type preSub struct {
-	idx   int
-	pa    *preagg.PreAgg
-	dd    *snapDedup
-	late  [][]lateClick
-	batch []ingest.Click
-}
-
-type winSub struct {
-	idx      int
-	minutes  *windowing.Minutes
-	late     *latepath.Late
-	wms      []int64
-	procs    []int64
-	wm       int64
-	proc     int64
-	nextEarl int64
-	epoch    int64
-}
-
-// Story drives the core. Create it with New.
+// Story drives the operator machines the runtime runs, one step after
+// another on one goroutine. Create it with New.
 type Story struct {
 	o        Options
-	wms      *ingest.Watermarks
+	src      *operator.Source
+	pres     []*operator.Pre
+	dedups   []*snapDedup
+	wins     []*operator.Win
 	shards   []string
-	pres     []*preSub
-	wins     []*winSub
-	started  bool
-	procMs   int64
-	nextTick int64
 	nextID   int64
 	restored int64 // the checkpoint restored from (the sink's :c), or FirstCheckpoint−1
 	position int
 	ckpts    map[int64]*Checkpoint
+	ck       *Checkpoint // the checkpoint being taken
 	crashed  bool
-	final    bool
 	events   []Event
 	sink     *Sink
 }
@@ -166,12 +145,9 @@ type Story struct {
 // New returns a Story with options o, no shards and an empty sink.
 func New(o Options) (*Story, error) {
 	o.ensureDefaults()
-	if o.Parallelism < 1 || o.Parallelism > windowing.MaxParallelism {
-		return nil, fmt.Errorf("story: parallelism %d out of range", o.Parallelism)
-	}
 	s := &Story{o: o, nextID: o.FirstCheckpoint, restored: o.FirstCheckpoint - 1,
 		ckpts: make(map[int64]*Checkpoint), sink: newSink()}
-	if err := s.build(o.Parallelism, o.FirstCheckpoint-1, nil); err != nil {
+	if err := s.build(o.Parallelism, nil); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -184,19 +160,19 @@ func (s *Story) Options() Options { return s.o }
 func (s *Story) Sink() *Sink { return s.sink }
 
 // ProcMs returns the current processing time, Unix ms.
-func (s *Story) ProcMs() int64 { return s.procMs }
+func (s *Story) ProcMs() int64 { return s.src.ProcMs() }
 
 // Watermark returns the job watermark (the source's), Unix ms.
-func (s *Story) Watermark() int64 { return s.wms.Current() }
+func (s *Story) Watermark() int64 { return s.src.Watermarks().Current() }
 
 // Judge returns the judge time of pre-aggregator subtask i.
-func (s *Story) Judge(i int) int64 { return s.pres[i].pa.Judge() }
+func (s *Story) Judge(i int) int64 { return s.pres[i].PreAgg().Judge() }
 
 // Buffered returns the number of partials buffered in all pre-aggregators.
 func (s *Story) Buffered() int {
 	n := 0
 	for _, p := range s.pres {
-		n += p.pa.Buffered()
+		n += p.PreAgg().Buffered()
 	}
 	return n
 }
@@ -215,19 +191,28 @@ func (s *Story) Events() []Event {
 	return ev
 }
 
-func (s *Story) build(par int, epoch int64, ck *Checkpoint) error {
+// build makes the machines of parallelism par, with the state of ck (nil:
+// empty) and the sink tag s.restored.
+func (s *Story) build(par int, ck *Checkpoint) error {
 	o := s.o
-	s.wms = ingest.NewWatermarks(ingest.WatermarkOptions{AllowanceMs: o.AllowanceMs, IntervalMs: o.WatermarkIntervalMs, IdleMs: o.IdleMs})
-	s.pres, s.wins = nil, nil
+	if par < 1 || par > windowing.MaxParallelism {
+		return fmt.Errorf("story: parallelism %d out of range", par)
+	}
+	src, err := operator.NewSource(operator.SourceOptions{Pres: par, BatchSize: o.BatchSize,
+		Watermarks: ingest.WatermarkOptions{AllowanceMs: o.AllowanceMs, IntervalMs: o.WatermarkIntervalMs, IdleMs: o.IdleMs}})
+	if err != nil {
+		return fmt.Errorf("story: %w", err)
+	}
+	s.src, s.pres, s.dedups, s.wins = src, nil, nil, nil
 	for i := 0; i < par; i++ {
 		m, err := windowing.NewMinutes(o.WindowMs)
 		if err != nil {
 			return fmt.Errorf("story: %w", err)
 		}
-		w := &winSub{idx: i, minutes: m, late: latepath.New(o.HorizonMs), wms: make([]int64, par),
-			procs: make([]int64, par), wm: eventtime.NoWatermark, epoch: epoch}
-		for k := range w.wms {
-			w.wms[k] = eventtime.NoWatermark
+		w, err := operator.NewWin(operator.WinOptions{Index: i, Inputs: par, EarlyFiringMs: o.EarlyFiringMs,
+			Epoch: s.restored, Restored: s.restored, Gen: 1}, m, latepath.New(o.HorizonMs))
+		if err != nil {
+			return fmt.Errorf("story: %w", err)
 		}
 		s.wins = append(s.wins, w)
 	}
@@ -253,7 +238,12 @@ func (s *Story) build(par int, epoch int64, ck *Checkpoint) error {
 		if err != nil {
 			return fmt.Errorf("story: %w", err)
 		}
-		s.pres = append(s.pres, &preSub{idx: i, pa: pa, dd: dd, late: make([][]lateClick, par)})
+		p, err := operator.NewPre(operator.PreOptions{Index: i, Windows: par, HorizonMs: o.HorizonMs, Epoch: s.restored}, pa, d)
+		if err != nil {
+			return fmt.Errorf("story: %w", err)
+		}
+		s.pres = append(s.pres, p)
+		s.dedups = append(s.dedups, dd)
 	}
 	return nil
 }
@@ -265,17 +255,10 @@ func (s *Story) AddShard(id string, procMs int64) {
 	if !slices.Contains(s.shards, id) {
 		s.shards = append(s.shards, id)
 	}
-	if !s.started {
-		s.start(procMs)
+	if !s.src.Started() {
+		s.src.Start(procMs)
 	}
-	s.wms.AddShard(id, procMs)
-}
-
-func (s *Story) start(procMs int64) {
-	s.started = true
-	s.procMs = procMs
-	iv := s.o.WatermarkIntervalMs
-	s.nextTick = eventtime.Start(procMs, iv) + iv
+	s.src.AddShard(id, procMs)
 }
 
 var errCrashed = errors.New("story: the job has crashed; restore a checkpoint first")
@@ -290,8 +273,8 @@ func (s *Story) Click(c ingest.Click, readMs int64) error {
 	if s.crashed {
 		return errCrashed
 	}
-	if !s.started {
-		s.start(readMs - 1)
+	if !s.src.Started() {
+		s.src.Start(readMs - 1)
 	}
 	if err := s.Advance(readMs); err != nil {
 		return err
@@ -306,20 +289,15 @@ func (s *Story) Click(c ingest.Click, readMs int64) error {
 	}
 	if reason != "" {
 		cc := c
-		s.events = append(s.events, Event{Kind: EvVerdict, Ms: s.procMs, Click: &cc, Verdict: latepath.InvalidPrefix + string(reason)})
-		return nil
+		s.src.Reject(&cc, reason, nil)
+		s.events = append(s.events, Event{Kind: EvVerdict, Ms: s.ProcMs(), Click: &cc, Verdict: latepath.InvalidPrefix + string(reason)})
+		return s.deliver()
 	}
 	if !slices.Contains(s.shards, c.Shard) {
 		s.shards = append(s.shards, c.Shard)
 	}
-	s.wms.Observe(c.Shard, c.EventMs, s.procMs)
-	o := windowing.Owner(windowing.KeyGroup(c.ClickID), len(s.pres))
-	p := s.pres[o]
-	p.batch = append(p.batch, c)
-	if len(p.batch) >= s.o.BatchSize {
-		return s.sendBatch(p)
-	}
-	return nil
+	s.src.Click(&c)
+	return s.deliver()
 }
 
 // Advance moves processing time to procMs, running every watermark emission
@@ -328,191 +306,116 @@ func (s *Story) Advance(procMs int64) error {
 	if s.crashed {
 		return errCrashed
 	}
-	if !s.started {
-		s.start(procMs)
+	if !s.src.Started() {
+		s.src.Start(procMs)
 	}
-	for s.nextTick <= procMs {
-		t := s.nextTick
-		s.nextTick += s.o.WatermarkIntervalMs
-		if err := s.tick(t); err != nil {
+	for s.src.NextTick() <= procMs {
+		s.src.Tick()
+		if err := s.deliver(); err != nil {
 			return err
 		}
 	}
-	s.procMs = max(s.procMs, procMs)
+	s.src.Move(procMs)
 	return nil
 }
 
-func (s *Story) tick(t int64) error {
-	s.procMs = max(s.procMs, t)
-	wm, advanced := s.wms.Tick(t)
-	if err := s.flushBatches(); err != nil {
-		return err
-	}
-	if advanced {
-		s.events = append(s.events, Event{Kind: EvWatermark, Ms: t, Wm: wm})
-	}
-	for _, p := range s.pres {
-		var err error
-		if advanced {
-			err = s.preWatermark(p, wm, t)
-		} else {
-			err = s.preTick(p, t)
+// deliver carries out the source's Ready: each message to its
+// pre-aggregator, at once, and everything that follows from it.
+func (s *Story) deliver() error {
+	rd := s.src.Ready()
+	defer s.src.Advance()
+	for _, snd := range rd.Sends {
+		if snd.Msg.Kind == operator.Watermark && snd.To == 0 {
+			s.events = append(s.events, Event{Kind: EvWatermark, Ms: snd.Msg.ProcMs, Wm: snd.Msg.Wm})
 		}
-		if err != nil {
+		if err := s.stepPre(snd.To, snd.Msg); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *Story) flushBatches() error {
-	for _, p := range s.pres {
-		if err := s.sendBatch(p); err != nil {
+func (s *Story) stepPre(i int, m operator.Msg) error {
+	p := s.pres[i]
+	if err := p.Step(m); err != nil {
+		return err
+	}
+	defer p.Advance()
+	rd := p.Ready()
+	for k := range rd.Lake {
+		c := m.Clicks[k]
+		s.events = append(s.events, Event{Kind: EvVerdict, Ms: s.ProcMs(), Click: &c, Verdict: rd.Lake[k].Verdict})
+	}
+	if rd.Ack != nil && s.ck != nil {
+		s.ck.Floors[i] = rd.Ack.Floor
+		s.ck.Forgotten[i] = rd.Ack.Forgotten
+		if dd := s.dedups[i]; dd != nil {
+			maps.Copy(s.ck.Dedup, dd.shadow)
+		}
+	}
+	for _, snd := range rd.Sends {
+		for _, pt := range snd.Msg.Partials {
+			s.events = append(s.events, Event{Kind: EvPartial, Ms: s.ProcMs(), Cause: snd.Msg.Cause.String(),
+				Row: RowOut{Ad: pt.Ad, StartMs: pt.WindowStart, Valid: pt.Count, SpendMicros: pt.SpendMicros}})
+		}
+		if err := s.stepWin(snd.To, snd.Msg); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// sendBatch is the pre-aggregator's handling of a batch of clicks.
-func (s *Story) sendBatch(p *preSub) error {
-	if len(p.batch) == 0 {
-		return nil
+// stepWin steps window subtask i and writes what it decided to the sink
+// model at once.
+func (s *Story) stepWin(i int, m operator.Msg) error {
+	w := s.wins[i]
+	if err := w.Step(m); err != nil {
+		return err
 	}
-	batch := p.batch
-	p.batch = nil
-	for i := range batch {
-		c := &batch[i]
-		v, err := p.pa.Add(c, windowing.KeyGroup(c.ClickID))
-		if err != nil {
-			return err
+	defer w.Advance()
+	rd := w.Ready()
+	at := s.ProcMs()
+	for _, puts := range rd.Puts {
+		for _, p := range puts {
+			ro, err := rowOf(p)
+			if err != nil {
+				return err
+			}
+			switch {
+			case p.Writer == sink.Late:
+				s.events = append(s.events, Event{Kind: EvLate, Ms: at, Row: ro})
+			default:
+				s.events = append(s.events, Event{Kind: EvRow, Ms: at, Row: ro})
+			}
+			if !s.sink.put(p, ro) {
+				s.events = append(s.events, Event{Kind: EvRefused, Ms: at, Row: ro})
+			}
 		}
-		if v == preagg.Late {
-			o := windowing.Owner(windowing.KeyGroup(c.AdID), len(s.wins))
-			p.late[o] = append(p.late[o], lateClick{ad: c.AdID, eventMs: c.EventMs, spend: c.SpendMicros})
+	}
+	for _, t := range rd.Totals {
+		ro := RowOut{Ad: t.Ad, StartMs: t.StartMs, Hour: t.Hour, Valid: t.Valid, SpendMicros: t.SpendMicros, Epoch: t.Epoch}
+		s.events = append(s.events, Event{Kind: EvRunning, Ms: at, Row: ro})
+		s.sink.setTotal(ro)
+	}
+	if rd.Ack != nil && s.ck != nil {
+		for _, b := range rd.Ack.Win {
+			s.ck.Win[b.KG] = b.Data
 		}
-		cc := *c
-		s.events = append(s.events, Event{Kind: EvVerdict, Ms: s.procMs, Click: &cc, Verdict: v.String()})
-	}
-	parts, err := p.pa.Tick(s.procMs)
-	if err != nil {
-		return err
-	}
-	s.forward(p, parts, "interval")
-	return nil
-}
-
-func (s *Story) preTick(p *preSub, t int64) error {
-	parts, err := p.pa.Tick(t)
-	if err != nil {
-		return err
-	}
-	s.forward(p, parts, "interval")
-	for _, w := range s.wins {
-		s.winTick(w, p.idx, t)
-	}
-	return nil
-}
-
-// preWatermark forwards what the interval and the watermark flush (both
-// before the watermark), then the watermark.
-func (s *Story) preWatermark(p *preSub, wm, t int64) error {
-	parts, err := p.pa.Tick(t)
-	if err != nil {
-		return err
-	}
-	s.forward(p, parts, "interval")
-	parts, err = p.pa.Watermark(wm)
-	if err != nil {
-		return err
-	}
-	s.forward(p, parts, "watermark")
-	for _, w := range s.wins {
-		s.winWatermark(w, p.idx, wm, t)
+		for _, b := range rd.Ack.Late {
+			s.ck.Late[b.KG] = b.Data
+		}
 	}
 	return nil
 }
 
-// forward sends partials (by the ad's key group) and pending late clicks to
-// the window subtasks.
-func (s *Story) forward(p *preSub, parts []preagg.Partial, cause string) {
-	for _, pt := range parts {
-		w := s.wins[windowing.Owner(windowing.KeyGroup(pt.Ad), len(s.wins))]
-		s.events = append(s.events, Event{Kind: EvPartial, Ms: s.procMs, Cause: cause,
-			Row: RowOut{Ad: pt.Ad, StartMs: pt.WindowStart, Valid: pt.Count, SpendMicros: pt.SpendMicros}})
-		if !w.minutes.Add(pt.Ad, pt.WindowStart, pt.Count, pt.SpendMicros) {
-			w.late.Add(pt.Ad, pt.WindowStart, pt.Count, pt.SpendMicros)
-		}
+// rowOf returns the row a put writes.
+func rowOf(p sink.Put) (RowOut, error) {
+	start, hour, err := sink.ParseBucket(p.Bucket)
+	if err != nil {
+		return RowOut{}, fmt.Errorf("story: %w", err)
 	}
-	for o, lc := range p.late {
-		for _, l := range lc {
-			s.wins[o].late.Add(l.ad, l.eventMs, 1, l.spend)
-		}
-		p.late[o] = nil
-	}
-}
-
-func (s *Story) winWatermark(w *winSub, from int, wm, t int64) {
-	if wm > w.wms[from] {
-		w.wms[from] = wm
-	}
-	if m := minOf(w.wms); m > w.wm {
-		w.wm = m
-		if m == eventtime.EndOfTime { // as the runtime does
-			w.minutes.Drain(func(r windowing.Row) { s.emitRow(w, r) })
-		} else {
-			w.minutes.Advance(m, func(r windowing.Row) { s.emitRow(w, r) })
-			w.late.Expire(m)
-		}
-	}
-	s.winTick(w, from, t)
-}
-
-func (s *Story) winTick(w *winSub, from int, t int64) {
-	if t > w.procs[from] {
-		w.procs[from] = t
-	}
-	p := minOf(w.procs)
-	if p <= w.proc {
-		return
-	}
-	w.proc = p
-	if w.nextEarl == 0 {
-		w.nextEarl = p + s.o.EarlyFiringMs
-		return
-	}
-	if p < w.nextEarl {
-		return
-	}
-	w.nextEarl = p + s.o.EarlyFiringMs
-	w.minutes.Early(func(r windowing.Running) { s.emitRunning(w, r) })
-	w.late.Flush(func(t latepath.Total) { s.emitLate(w, t) })
-}
-
-func (s *Story) emitRow(w *winSub, r windowing.Row) {
-	ro := RowOut{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: w.epoch}
-	s.events = append(s.events, Event{Kind: EvRow, Ms: s.procMs, Row: ro})
-	if r.Hour {
-		s.sink.putHourFast(ro)
-		return
-	}
-	if !s.sink.putMinute(ro, s.restored) {
-		s.events = append(s.events, Event{Kind: EvRefused, Ms: s.procMs, Row: ro})
-	}
-	// The final minute total for dashboards goes with the row.
-	s.sink.setTotal(ro)
-}
-
-func (s *Story) emitRunning(w *winSub, r windowing.Running) {
-	ro := RowOut{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: w.epoch}
-	s.events = append(s.events, Event{Kind: EvRunning, Ms: s.procMs, Row: ro})
-	s.sink.setTotal(ro)
-}
-
-func (s *Story) emitLate(w *winSub, t latepath.Total) {
-	ro := RowOut{Ad: t.Ad, StartMs: t.HourMs, Hour: true, Late: true, Valid: t.Valid, SpendMicros: t.SpendMicros, Epoch: w.epoch}
-	s.events = append(s.events, Event{Kind: EvLate, Ms: s.procMs, Row: ro})
-	s.sink.putLate(ro)
+	return RowOut{Ad: p.Entity, StartMs: start, Hour: hour, Late: p.Writer == sink.Late, Valid: p.Valid,
+		SpendMicros: p.SpendMicros, Epoch: p.Epoch}, nil
 }
 
 // Barrier takes an aligned checkpoint at the current processing time: every
@@ -531,35 +434,21 @@ func (s *Story) barrier(complete bool) (int64, error) {
 	if s.crashed {
 		return 0, errCrashed
 	}
-	if err := s.flushBatches(); err != nil {
-		return 0, err
-	}
 	id := s.nextID
 	s.nextID++
-	ck := &Checkpoint{ID: id, Position: s.position, Win: map[int][]byte{}, Late: map[int][]byte{},
-		Dedup: map[dedupKey]int64{}, TakenMs: s.procMs, Parallelism: len(s.pres)}
-	for _, p := range s.pres {
-		parts, floor := p.pa.Barrier()
-		s.forward(p, parts, "barrier")
-		ck.Floors = append(ck.Floors, floor)
-		if p.dd != nil {
-			maps.Copy(ck.Dedup, p.dd.shadow)
-		}
-	}
-	for _, w := range s.wins {
-		w.late.Flush(func(t latepath.Total) { s.emitLate(w, t) })
-		w.epoch = id
-		if err := w.minutes.Snapshot(func(kg int, d []byte) error { ck.Win[kg] = slices.Clone(d); return nil }); err != nil {
-			return 0, err
-		}
-		if err := w.late.Snapshot(func(kg int, d []byte) error { ck.Late[kg] = slices.Clone(d); return nil }); err != nil {
-			return 0, err
-		}
+	par := len(s.pres)
+	s.ck = &Checkpoint{ID: id, Position: s.position, Floors: make([]int64, par), Forgotten: make([]int64, par),
+		Win: map[int][]byte{}, Late: map[int][]byte{}, Dedup: map[dedupKey]int64{}, TakenMs: s.ProcMs(), Parallelism: par}
+	ck := s.ck
+	defer func() { s.ck = nil }()
+	s.src.Barrier(id)
+	if err := s.deliver(); err != nil {
+		return 0, err
 	}
 	if complete {
 		s.ckpts[id] = ck
 	}
-	s.events = append(s.events, Event{Kind: EvCheckpoint, Ms: s.procMs, Ckpt: id, Wm: ck.Floor(), Verdict: map[bool]string{true: "complete", false: "aborted"}[complete]})
+	s.events = append(s.events, Event{Kind: EvCheckpoint, Ms: s.ProcMs(), Ckpt: id, Wm: ck.Floor(), Verdict: map[bool]string{true: "complete", false: "aborted"}[complete]})
 	return id, nil
 }
 
@@ -575,14 +464,15 @@ type RestoreOptions struct {
 	Parallelism int
 }
 
-// Restore restarts the job from checkpoint id at processing time procMs:
-// new watermarks (none until every shard has one or is idle; the known shards
-// are added again at procMs), new pre-aggregators with the floors (the
-// minimum) unless NoFloor, their dedup ids copied from the checkpoint, and
-// window subtasks with the checkpoint's window and late state by key group.
-// Then the sink is flushed (every value tagged ≥ id is removed or rewritten
-// from restored state) and the sink tag becomes id. The caller replays the
-// clicks after the checkpoint's Position.
+// Restore restarts the job from checkpoint id at processing time procMs, as
+// the runtime's Open does: new watermarks (none until every shard has one or
+// is idle; the known shards are added again at procMs), new pre-aggregators
+// with the floors (the minimum) unless NoFloor and the dedup bookkeeping,
+// their dedup ids copied from the checkpoint, and window subtasks with the
+// checkpoint's window and late state by key group. Then the sink is flushed
+// (every value tagged ≥ id is removed or rewritten from restored state) and
+// the sink tag becomes id. The caller replays the clicks after the
+// checkpoint's Position.
 func (s *Story) Restore(id, procMs int64, ro RestoreOptions) error {
 	ck, ok := s.ckpts[id]
 	if !ok {
@@ -592,81 +482,67 @@ func (s *Story) Restore(id, procMs int64, ro RestoreOptions) error {
 	if par == 0 {
 		par = ck.Parallelism
 	}
-	if par < 1 || par > windowing.MaxParallelism {
-		return fmt.Errorf("story: parallelism %d out of range", par)
-	}
-	if err := s.build(par, id, ck); err != nil {
+	was := s.src.ProcMs()
+	s.restored = id
+	if err := s.build(par, ck); err != nil {
 		return err
 	}
-	s.crashed, s.final, s.started = false, false, false
-	s.start(max(procMs, s.procMs))
+	s.crashed = false
+	s.src.Start(max(procMs, was))
 	for _, sh := range s.shards {
-		s.wms.AddShard(sh, s.procMs)
+		s.src.AddShard(sh, s.src.ProcMs())
 	}
-	if !ro.NoFloor {
-		for _, p := range s.pres {
-			p.pa.Restore(ck.Floors)
+	for _, p := range s.pres {
+		if !ro.NoFloor {
+			p.PreAgg().Restore(ck.Floors)
 		}
+		p.PreAgg().RestoreForgotten(ck.Forgotten)
 	}
 	for kg, d := range ck.Win {
-		if err := s.wins[windowing.Owner(kg, par)].minutes.Restore(d); err != nil {
+		if err := s.wins[windowing.Owner(kg, par)].Minutes().Restore(d); err != nil {
 			return fmt.Errorf("story: restore window state: %w", err)
 		}
 	}
 	for kg, d := range ck.Late {
-		if err := s.wins[windowing.Owner(kg, par)].late.Restore(d); err != nil {
+		if err := s.wins[windowing.Owner(kg, par)].Late().Restore(d); err != nil {
 			return fmt.Errorf("story: restore late state: %w", err)
 		}
 	}
-	s.restored = id
 	s.position = ck.Position
 	s.sink.flush(id, s.lateState, s.totalsState)
 	floor := int64(eventtime.NoWatermark)
 	if !ro.NoFloor {
 		floor = ck.Floor()
 	}
-	s.events = append(s.events, Event{Kind: EvRestore, Ms: s.procMs, Ckpt: id, Wm: floor})
+	s.events = append(s.events, Event{Kind: EvRestore, Ms: s.ProcMs(), Ckpt: id, Wm: floor})
 	return nil
 }
 
 func (s *Story) lateState(ad string, hourMs int64) (int64, int64, bool) {
-	return s.wins[windowing.Owner(windowing.KeyGroup(ad), len(s.wins))].late.Get(ad, hourMs)
+	return s.wins[windowing.Owner(windowing.KeyGroup(ad), len(s.wins))].Late().Get(ad, hourMs)
 }
 
 func (s *Story) totalsState(fn func(RowOut)) {
 	for _, w := range s.wins {
-		w.minutes.Totals(func(r windowing.Running) {
-			fn(RowOut{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: w.epoch})
+		w.Minutes().Totals(func(r windowing.Running) {
+			fn(RowOut{Ad: r.Ad, StartMs: r.StartMs, Hour: r.Hour, Valid: r.Valid, SpendMicros: r.SpendMicros, Epoch: w.Epoch()})
 		})
 	}
 }
 
-// Final ends bounded input: the final watermark (math.MaxInt64) fires every
-// window; then the pre-aggregators flush and the window subtasks write their
-// running and late totals, as the runtime's end of input does.
+// Final ends bounded input as the runtime's end of input does: the final
+// watermark (the end of time) fires every window; then the pre-aggregators
+// flush and the window subtasks write their running and late totals.
 func (s *Story) Final() error {
 	if s.crashed {
 		return errCrashed
 	}
-	if err := s.flushBatches(); err != nil {
+	s.src.Final()
+	if err := s.deliver(); err != nil {
 		return err
 	}
-	wm := s.wms.Final()
-	s.events = append(s.events, Event{Kind: EvWatermark, Ms: s.procMs, Wm: wm})
-	for _, p := range s.pres {
-		if err := s.preWatermark(p, wm, s.procMs); err != nil {
-			return err
-		}
-	}
-	for _, p := range s.pres {
-		s.forward(p, p.pa.Flush(), "end")
-	}
-	for _, w := range s.wins {
-		w.minutes.Early(func(r windowing.Running) { s.emitRunning(w, r) })
-		w.late.Flush(func(t latepath.Total) { s.emitLate(w, t) })
-	}
-	s.final = true
-	return nil
+	s.src.Broadcast(operator.Msg{Kind: operator.End})
+	return s.deliver()
 }
 
 // OpenWindows returns the number of open (ad, window) pairs over all window
@@ -674,15 +550,7 @@ func (s *Story) Final() error {
 func (s *Story) OpenWindows() int {
 	n := 0
 	for _, w := range s.wins {
-		n += w.minutes.OpenWindows()
+		n += w.Minutes().OpenWindows()
 	}
 	return n
-}
-
-func minOf(v []int64) int64 {
-	m := int64(math.MaxInt64)
-	for _, x := range v {
-		m = min(m, x)
-	}
-	return m
 }

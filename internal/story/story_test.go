@@ -409,7 +409,7 @@ func runCmd(t *testing.T, sp **Story, sh *show, d *datadriven.TestData) (string,
 		var b strings.Builder
 		fmt.Fprintf(&b, "proc=%s wm=%s buffered=%d open=%d\n", clock(s.ProcMs()), clock(s.Watermark()), s.Buffered(), s.OpenWindows())
 		for i := range s.pres {
-			fmt.Fprintf(&b, "pre %d: judge=%s floor=%s\n", i, clock(s.Judge(i)), clock(s.pres[i].pa.Floor()))
+			fmt.Fprintf(&b, "pre %d: judge=%s floor=%s\n", i, clock(s.Judge(i)), clock(s.pres[i].PreAgg().Floor()))
 		}
 		return render(s.Events(), *sh) + b.String(), nil
 	case "checkpoint-state":

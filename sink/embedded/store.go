@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -794,4 +795,17 @@ func (s *Store) ScanOrdered(ctx context.Context, fn func(sink.Item) error) error
 		return fmt.Errorf("embedded: scan: %w", err)
 	}
 	return nil
+}
+
+// Opener returns a function that opens the store in dir as both the row
+// store and the running-total store, for runtime.Config.OpenSinks: the job
+// opens it once it holds its data dir, and closes it with the job.
+func Opener(dir string, o Options) func() (sink.Rows, sink.Totals, io.Closer, error) {
+	return func() (sink.Rows, sink.Totals, io.Closer, error) {
+		s, err := Open(dir, o)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("embedded: open %s: %w", dir, err)
+		}
+		return s, s, s, nil
+	}
 }
