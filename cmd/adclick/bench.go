@@ -27,7 +27,13 @@ and state are measured cleanly):
 
 For each: clicks/s, clicks/s per core used, p50/p99 batch latency, peak RSS,
 bytes of state, and the ratio to limit. The trace is generated once (or
-reused with --trace).`
+reused with --trace).
+
+With --peers DIR (the peer programs: Benthos, Apache Beam Go on Prism,
+DuckDB, each its own module, with their run.sh), the peers then run on the
+same trace, one after the other, beside adclick's pipeline measured the same
+way; their outputs are checked against DuckDB's, and one table with the
+ratios is printed. --peers needs --trace (the trace outlives the run).`
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", benchSummary, stderr)
@@ -46,6 +52,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print {\"results\": [...]} as JSON")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the pipeline variant to this file")
 	parallelism := fs.Int("parallelism", 0, "pipeline subtasks (default: number of CPUs)")
+	peers := fs.String("peers", "", "also run the peer programs of this folder (its run.sh) on the same trace, and print their table")
+	peerList := fs.String("peer-list", "", "with --peers: the peers to run, comma-separated (default: run.sh's)")
+	peersOut := fs.String("peers-out", "", "with --peers: the folder for their outputs and table (default: a new temporary folder)")
 	runLimit := fs.Bool("run-limit", false, "internal: run the limit variant in this process")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -55,6 +64,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usageError{errors.New("--run-limit needs --trace")}
 		}
 		return bench.Limit(*trace, stdout)
+	}
+	if *peers != "" && *trace == "" {
+		return usageError{errors.New("--peers needs --trace: the peers read the same trace after the variants")}
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -66,7 +78,17 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if *asJSON {
-		return bench.WriteJSON(stdout, results)
+		err = bench.WriteJSON(stdout, results)
+	} else {
+		err = bench.WriteTable(stdout, results)
 	}
-	return bench.WriteTable(stdout, results)
+	if err != nil || *peers == "" {
+		return err
+	}
+	table, err := bench.Peers(ctx, bench.PeerOptions{Dir: *peers, Trace: *trace, Clicks: o.Clicks, Out: *peersOut, List: *peerList, Log: stderr})
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(stdout, "\n"+table)
+	return err
 }

@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakePeers writes a run.sh that records its arguments and writes a table
+// into its --out folder, or fails if fail.
+func fakePeers(t *testing.T, fail bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	script := `#!/bin/sh
+echo "$*" >"$(dirname "$0")/args"
+out=""
+while [ $# -gt 0 ]; do
+  case "$1" in --out) out=$2; shift 2 ;; *) shift ;; esac
+done
+`
+	if fail {
+		script += "echo boom >&2; exit 3\n"
+	} else {
+		script += `printf '%s\n' "| system | clicks/s | × adclick |" "| adclick | 100 | 1.00 |" "| duckdb | 50 | 0.50 |" >"$out/table.md"` + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "run.sh"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestPeersRunsTheScriptOnTheSameTrace(t *testing.T) {
+	dir := fakePeers(t, false)
+	out := t.TempDir()
+	table, err := Peers(context.Background(), PeerOptions{Dir: dir, Trace: "/data/trace.jsonl", Clicks: 1000, Out: out, List: "duckdb,benthos", Src: "/src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table, "| duckdb | 50 | 0.50 |") || !strings.Contains(table, out) {
+		t.Fatalf("table:\n%s\nwant the run's table and where its outputs are", table)
+	}
+	args, err := os.ReadFile(filepath.Join(dir, "args"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "--trace /data/trace.jsonl --out " + out + " --clicks 1000 --peers duckdb,benthos --adclick-src /src"
+	if got := strings.TrimSpace(string(args)); got != want {
+		t.Fatalf("run.sh got %q, want %q", got, want)
+	}
+}
+
+func TestPeersFailures(t *testing.T) {
+	if _, err := Peers(context.Background(), PeerOptions{Dir: t.TempDir(), Trace: "t"}); err == nil {
+		t.Error("a folder without run.sh was accepted")
+	}
+	if _, err := Peers(context.Background(), PeerOptions{Dir: fakePeers(t, false)}); err == nil {
+		t.Error("no trace was accepted")
+	}
+	out := t.TempDir()
+	_, err := Peers(context.Background(), PeerOptions{Dir: fakePeers(t, true), Trace: "t", Out: out})
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), out) {
+		t.Errorf("a failing run.sh gave %v, want its exit status and the outputs folder", err)
+	}
+}
