@@ -1,13 +1,13 @@
 package api
 
 import (
-	"github.com/adclick/adclick/eventtime"
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 
+	"github.com/adclick/adclick/eventtime"
+	"github.com/adclick/adclick/latepath"
 	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/runtime"
 )
@@ -258,7 +258,7 @@ func billingOf(st runtime.Status, jm jobMetrics) Billing {
 		b.ClosedThrough = hourOrNil(open - hourMs)
 	}
 	if c := st.LastCheckpoint; c != nil {
-		if h, ok := settingMs(c.Settings, "horizon_ms"); ok {
+		if h, ok := c.Setting("horizon_ms"); ok {
 			b.HorizonMs = &h
 			if c.Watermark != eventtime.NoWatermark {
 				// The last hour h with h + 1 h + horizon + margin <= watermark.
@@ -292,18 +292,6 @@ func hourOrNil(ms int64) *string {
 	return &v
 }
 
-// settingMs reads "name=<int>" from a checkpoint's settings string
-// (space-separated name=value pairs).
-func settingMs(settings, name string) (int64, bool) {
-	for f := range strings.FieldsSeq(settings) {
-		if k, v, ok := strings.Cut(f, "="); ok && k == name {
-			n, err := strconv.ParseInt(v, 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
-}
-
 func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
 	st := s.job.Status()
 	jm := s.jobMetrics()
@@ -330,10 +318,10 @@ func sampleOf(atMs int64, st runtime.Status, jm jobMetrics) Sample {
 	if s.WatermarkMs != nil {
 		s.LagMs = msOrNil(st.WatermarkLagMs)
 	}
-	if c, ok := jm.verdicts["counted"]; ok {
+	if c, ok := jm.verdicts[latepath.VerdictCounted]; ok {
 		s.Counted = &c
 	}
-	if l, ok := jm.verdicts["late"]; ok {
+	if l, ok := jm.verdicts[latepath.VerdictLate]; ok {
 		s.Late = &l
 	}
 	return s

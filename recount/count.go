@@ -352,7 +352,7 @@ func (r *runner) hour(ctx context.Context, h int64) (HourResult, error) {
 			}
 		}
 		if w.event-floorMod(w.event, eventtime.HourMs) != h {
-			res.Rejected["duplicate"]++ // its earliest copy is counted in another hour
+			res.Rejected[latepath.VerdictDuplicate]++ // its earliest copy is counted in another hour
 			continue
 		}
 		acc = append(acc, accepted{hash: t.hash, id: t.id, spend: w.spend, ad: w.ad})

@@ -54,6 +54,24 @@ type Meta struct {
 	AllowanceMs *int64 `json:"allowance_ms,omitempty"`
 }
 
+// Setting returns the integer value of key in m.Settings, the
+// space-separated key=value words the job records ("format=1
+// window_ms=60000 horizon_ms=7200000 ..."). ok is false when the settings
+// do not name key (a checkpoint of an older version) or its value is not
+// an integer (v is then 0). The first word naming key wins.
+func (m Meta) Setting(key string) (v int64, ok bool) {
+	for w := range strings.FieldsSeq(m.Settings) {
+		if k, val, found := strings.Cut(w, "="); found && k == key {
+			n, err := strconv.ParseInt(val, 10, 64)
+			if err != nil {
+				return 0, false
+			}
+			return n, true
+		}
+	}
+	return 0, false
+}
+
 // checkpoints builds checkpoints in a local scratch folder and keeps them
 // in a ckptstore.Store: DataDir itself in embedded mode, S3 in AWS mode
 // (where a container's disk does not survive a restart). The store also

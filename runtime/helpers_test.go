@@ -39,19 +39,8 @@ func writeTrace(t *testing.T, dir string, o ingest.GenOptions) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := bufio.NewWriter(f)
-	g := ingest.NewGen(o)
-	var buf []byte
-	for {
-		line, _, ok := g.Next(buf[:0])
-		if !ok {
-			break
-		}
-		buf = line
-		w.Write(line)
-		w.WriteByte('\n')
-	}
-	if err := w.Flush(); err != nil {
+	if _, err := ingest.WriteTrace(f, o, nil); err != nil {
+		f.Close()
 		t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {

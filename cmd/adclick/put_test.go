@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,32 +19,8 @@ import (
 
 	"github.com/adclick/adclick/ingest/kinesis/kinesistest"
 	"github.com/adclick/adclick/ingest/kpl"
+	"github.com/adclick/adclick/internal/testenv"
 )
-
-// putLine returns a file-source line; pad adds an unknown field of that
-// many bytes.
-func putLine(clickID, ad, shard string, pad int) string {
-	m := map[string]any{"click_id": clickID, "ad_id": ad, "campaign_id": "cmp", "device_id": "dev", "impression_ms": 1_795_946_400_000,
-		"device_ms": 1_795_946_400_100, "spend_micros": 1000, "shard": shard, "arrival_ms": 1_795_946_400_200}
-	if pad > 0 {
-		m["pad"] = strings.Repeat("p", pad)
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
-
-// paddedLine returns a click line of exactly n bytes.
-func paddedLine(clickID string, n int) string {
-	base := len(putLine(clickID, "hot", "s0", 1)) - 1
-	l := putLine(clickID, "hot", "s0", n-base)
-	if len(l) != n {
-		panic(fmt.Sprintf("paddedLine: %d bytes, want %d", len(l), n))
-	}
-	return l
-}
 
 func lineHash(l string) string {
 	h := sha256.Sum256([]byte(l))
@@ -91,7 +66,7 @@ func TestPut(t *testing.T) {
 	long := strings.Repeat("k", 300)
 	var hot []string
 	for i := range 20 {
-		hot = append(hot, putLine(fmt.Sprintf("h%02d", i), "hot", []string{"s0", "s1"}[i%2], 0))
+		hot = append(hot, testenv.ClickLine(fmt.Sprintf("h%02d", i), "hot", []string{"s0", "s1"}[i%2], testenv.ClickHourMs, 0))
 	}
 	type want struct {
 		line  string
@@ -100,7 +75,7 @@ func TestPut(t *testing.T) {
 	}
 	// The stream's shards, in hash key order.
 	const sh0, sh1 = "shardId-000000000000", "shardId-000000000001"
-	boundary := paddedLine("c4", serviceMaxRecordBytes-len("c4")) // exactly 1 MiB with its partition key
+	boundary := testenv.SizedClickLine("c4", serviceMaxRecordBytes-len("c4")) // exactly 1 MiB with its partition key
 	cases := []struct {
 		name      string
 		aggregate bool
@@ -112,10 +87,10 @@ func TestPut(t *testing.T) {
 		{
 			name: "long_ids",
 			lines: append([]string{
-				putLine("c1", "hot", "s0", 0),
-				putLine("c2", "hot", "s1", 0),
-				putLine("c3", strings.Repeat("a", 300), "s0", 0), // ingest refuses it (id_too_long:ad_id); put sends it
-				putLine(long, "hot", "s1", 0),
+				testenv.ClickLine("c1", "hot", "s0", testenv.ClickHourMs, 0),
+				testenv.ClickLine("c2", "hot", "s1", testenv.ClickHourMs, 0),
+				testenv.ClickLine("c3", strings.Repeat("a", 300), "s0", testenv.ClickHourMs, 0), // ingest refuses it (id_too_long:ad_id); put sends it
+				testenv.ClickLine(long, "hot", "s1", testenv.ClickHourMs, 0),
 				"not json",
 			}, hot...),
 			code: 0,
@@ -124,18 +99,18 @@ func TestPut(t *testing.T) {
 			// Blank lines are no records (the file source skips them too);
 			// an empty record would make the SDK refuse the whole call.
 			name:  "blank_lines",
-			lines: []string{putLine("c1", "hot", "s0", 0), "", "\r", putLine("c2", "hot", "s1", 0) + "\r", ""},
+			lines: []string{testenv.ClickLine("c1", "hot", "s0", testenv.ClickHourMs, 0), "", "\r", testenv.ClickLine("c2", "hot", "s1", testenv.ClickHourMs, 0) + "\r", ""},
 			code:  0,
 		},
 		{
 			name: "oversized_lines",
 			lines: []string{
-				putLine("c1", "hot", "s0", 0),
-				paddedLine("c2", serviceMaxRecordBytes+10),
-				putLine("c3", "hot", "s1", 0),
+				testenv.ClickLine("c1", "hot", "s0", testenv.ClickHourMs, 0),
+				testenv.SizedClickLine("c2", serviceMaxRecordBytes+10),
+				testenv.ClickLine("c3", "hot", "s1", testenv.ClickHourMs, 0),
 				boundary,
-				paddedLine("c5", 5<<20),
-				putLine("c6", "hot", "s0", 0),
+				testenv.SizedClickLine("c5", 5<<20),
+				testenv.ClickLine("c6", "hot", "s0", testenv.ClickHourMs, 0),
 			},
 			code:   1,
 			stderr: []string{"line 2:", "line 5:", "skipped 2 of 6 lines"},
@@ -144,12 +119,12 @@ func TestPut(t *testing.T) {
 			name:      "oversized_lines_aggregated",
 			aggregate: true,
 			lines: []string{
-				putLine("c1", "hot", "s0", 0),
-				paddedLine("c2", serviceMaxRecordBytes+10),
-				putLine("c3", "hot", "s1", 0),
+				testenv.ClickLine("c1", "hot", "s0", testenv.ClickHourMs, 0),
+				testenv.SizedClickLine("c2", serviceMaxRecordBytes+10),
+				testenv.ClickLine("c3", "hot", "s1", testenv.ClickHourMs, 0),
 				boundary, // fits a plain record, not one with KPL framing
-				paddedLine("c5", 5<<20),
-				putLine("c6", "hot", "s0", 0),
+				testenv.SizedClickLine("c5", 5<<20),
+				testenv.ClickLine("c6", "hot", "s0", testenv.ClickHourMs, 0),
 			},
 			code:   1,
 			stderr: []string{"line 2:", "line 4:", "line 5:", "skipped 3 of 6 lines"},
@@ -242,7 +217,7 @@ func TestPutFailureSaysWhatWasWritten(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("\n") // line 1 is blank: line numbers count it
 	for i := range 1200 {
-		b.WriteString(putLine(fmt.Sprintf("c%d", i), "hot", "s0", 0) + "\n")
+		b.WriteString(testenv.ClickLine(fmt.Sprintf("c%d", i), "hot", "s0", testenv.ClickHourMs, 0) + "\n")
 	}
 	path := filepath.Join(t.TempDir(), "clicks.jsonl")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
@@ -310,11 +285,7 @@ func TestPutWarnsAboutClicksBeyondTheHorizon(t *testing.T) {
 	}
 	newKinesisHTTP(t, &kinesisHTTP{fake: fake})
 	now := time.Now().UnixMilli()
-	line := func(id string, impressionMs int64) string {
-		b, _ := json.Marshal(map[string]any{"click_id": id, "ad_id": "ad", "campaign_id": "cmp", "device_id": "dev",
-			"impression_ms": impressionMs, "device_ms": impressionMs + 100, "spend_micros": 1000, "shard": "s0", "arrival_ms": impressionMs + 200})
-		return string(b)
-	}
+	line := func(id string, impressionMs int64) string { return testenv.ClickLine(id, "ad", "s0", impressionMs, 0) }
 	lines := []string{line("old1", now-3*3_600_000), line("new1", now-60_000), line("old2", now-50*3_600_000), "not json",
 		line("new2", now), line("old3", now-7_300_000)}
 	path := filepath.Join(t.TempDir(), "clicks.jsonl")

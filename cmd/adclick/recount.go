@@ -284,18 +284,6 @@ func latestCheckpoint(ctx context.Context, checkpoints, data string) (*jobCheckp
 	return &jobCheckpoint{meta: m, where: st.Location(m.ID, ckptstore.Checkpoint)}, where, nil
 }
 
-// settingsValue returns the integer value of key in a checkpoint's
-// settings ("key=value" words, as Meta.Settings records them).
-func settingsValue(settings, key string) (int64, bool) {
-	for _, w := range strings.Fields(settings) {
-		if v, ok := strings.CutPrefix(w, key+"="); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
-}
-
 // jobSettings sets the horizon and the allowance to the job's, from its
 // latest checkpoint ck: the recount must judge every click as the stream
 // did. A flag given explicitly (command line or environment) that differs
@@ -307,7 +295,7 @@ func (f *recountFlags) jobSettings(fs *flag.FlagSet, ck *jobCheckpoint, log *slo
 			"horizon_ms", f.horizonMs, "allowance_ms", f.allowanceMs)
 		return nil
 	}
-	horizon, hasHorizon := settingsValue(ck.meta.Settings, "horizon_ms")
+	horizon, hasHorizon := ck.meta.Setting("horizon_ms")
 	var allowance int64
 	if ck.meta.AllowanceMs != nil {
 		allowance = *ck.meta.AllowanceMs

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,34 +17,10 @@ import (
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/ingest/kinesis/kinesistest"
 	"github.com/adclick/adclick/ingest/kpl"
+	"github.com/adclick/adclick/internal/testenv"
 )
 
-const clickHour int64 = 1_795_946_400_000 // 2026-11-29T10:00Z
-
-// clickLine returns a file-source line of a click whose impression is at
-// impressionMs; pad adds an unknown field of that many bytes.
-func clickLine(clickID, shard string, impressionMs int64, pad int) string {
-	m := map[string]any{"click_id": clickID, "ad_id": "hot", "campaign_id": "cmp", "device_id": "dev", "impression_ms": impressionMs,
-		"device_ms": impressionMs + 100, "spend_micros": 1000, "shard": shard, "arrival_ms": impressionMs + 200}
-	if pad > 0 {
-		m["pad"] = strings.Repeat("p", pad)
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
-
-// sizedLine returns a click line of exactly n bytes.
-func sizedLine(clickID string, n int) string {
-	base := len(clickLine(clickID, "s0", clickHour, 1)) - 1
-	l := clickLine(clickID, "s0", clickHour, n-base)
-	if len(l) != n {
-		panic(fmt.Sprintf("sizedLine: %d bytes, want %d", len(l), n))
-	}
-	return l
-}
+const clickHour = testenv.ClickHourMs // 2026-11-29T10:00Z
 
 func lineHash(l string) string {
 	h := sha256.Sum256([]byte(l))
@@ -87,12 +62,12 @@ func newPutter(t *testing.T, api kinesis.API, o kinesis.PutterOptions) *kinesis.
 // TestPartitionKey checks the key of a line: its click_id, or the hash of
 // the line.
 func TestPartitionKey(t *testing.T) {
-	long := func(n int) string { return clickLine(strings.Repeat("k", n), "s0", clickHour, 0) }
+	long := func(n int) string { return testenv.ClickLine(strings.Repeat("k", n), "hot", "s0", clickHour, 0) }
 	for _, tc := range []struct {
 		name, line, want string
 	}{
-		{"click_id", clickLine("c-1", "s0", clickHour, 0), "c-1"},
-		{"unicode_click_id", clickLine("é🎉", "s0", clickHour, 0), "é🎉"},
+		{"click_id", testenv.ClickLine("c-1", "hot", "s0", clickHour, 0), "c-1"},
+		{"unicode_click_id", testenv.ClickLine("é🎉", "hot", "s0", clickHour, 0), "é🎉"},
 		{"click_id_256_bytes", long(256), strings.Repeat("k", 256)},
 		{"click_id_257_bytes", long(257), lineHash(long(257))},
 		{"no_click_id", `{"ad_id":"hot"}`, lineHash(`{"ad_id":"hot"}`)},
@@ -118,7 +93,7 @@ func TestPutterBatchesAndShards(t *testing.T) {
 	ctx := context.Background()
 	values := []string{"b", "a", "c"} // first seen b, then a, then c: shards 0, 1, 0
 	for i := range 1200 {
-		if err := p.Add(ctx, []byte(clickLine(fmt.Sprintf("c%04d", i), values[i%3], clickHour, 0)), i+1); err != nil {
+		if err := p.Add(ctx, []byte(testenv.ClickLine(fmt.Sprintf("c%04d", i), "hot", values[i%3], clickHour, 0)), i+1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -153,7 +128,7 @@ func TestPutterBatchesAndShards(t *testing.T) {
 	f = newStream(t, 2)
 	p = newPutter(t, f, kinesis.PutterOptions{})
 	for i := range 11 {
-		if err := p.Add(ctx, []byte(sizedLine(fmt.Sprintf("big%02d", i), 1<<20-100)), i+1); err != nil {
+		if err := p.Add(ctx, []byte(testenv.SizedClickLine(fmt.Sprintf("big%02d", i), 1<<20-100)), i+1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -170,15 +145,15 @@ func TestPutterBatchesAndShards(t *testing.T) {
 // *TooLargeError and changes nothing, not even the shard numbering.
 func TestPutterRefusesTooLargeLines(t *testing.T) {
 	ctx := context.Background()
-	boundary := sizedLine("c4", kinesis.MaxRecordBytes-len("c4")) // exactly 1 MiB with its partition key
+	boundary := testenv.SizedClickLine("c4", kinesis.MaxRecordBytes-len("c4")) // exactly 1 MiB with its partition key
 	for _, tc := range []struct {
 		name      string
 		aggregate bool
 		line      string
 		want      kinesis.TooLargeError
 	}{
-		{"over_limit", false, sizedLine("c2", kinesis.MaxRecordBytes+10), kinesis.TooLargeError{Bytes: kinesis.MaxRecordBytes + 12}},
-		{"over_limit_aggregated", true, sizedLine("c2", kinesis.MaxRecordBytes+10), kinesis.TooLargeError{Bytes: kinesis.MaxRecordBytes + 12}},
+		{"over_limit", false, testenv.SizedClickLine("c2", kinesis.MaxRecordBytes+10), kinesis.TooLargeError{Bytes: kinesis.MaxRecordBytes + 12}},
+		{"over_limit_aggregated", true, testenv.SizedClickLine("c2", kinesis.MaxRecordBytes+10), kinesis.TooLargeError{Bytes: kinesis.MaxRecordBytes + 12}},
 		{"boundary_aggregated", true, boundary, kinesis.TooLargeError{Bytes: kinesis.MaxRecordBytes, Aggregated: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,7 +169,7 @@ func TestPutterRefusesTooLargeLines(t *testing.T) {
 			if !strings.HasPrefix(err.Error(), "kinesis: ") {
 				t.Errorf("error %q is not kinesis:-prefixed", err)
 			}
-			if err := p.Add(ctx, []byte(clickLine("c5", "s1", clickHour, 0)), 2); err != nil {
+			if err := p.Add(ctx, []byte(testenv.ClickLine("c5", "hot", "s1", clickHour, 0)), 2); err != nil {
 				t.Fatal(err)
 			}
 			if err := p.Flush(ctx); err != nil {
@@ -225,7 +200,7 @@ func TestPutterAggregates(t *testing.T) {
 	p := newPutter(t, f, kinesis.PutterOptions{Aggregate: true})
 	var want []string
 	for i := range 5001 {
-		l := clickLine(fmt.Sprintf("c%04d", i), "s0", clickHour, 0)
+		l := testenv.ClickLine(fmt.Sprintf("c%04d", i), "hot", "s0", clickHour, 0)
 		want = append(want, l)
 		if err := p.Add(ctx, []byte(l), i+1); err != nil {
 			t.Fatal(err)
@@ -260,12 +235,12 @@ func TestPutterCountsOldClicks(t *testing.T) {
 	f := newStream(t, 1)
 	p := newPutter(t, f, kinesis.PutterOptions{HorizonMs: 7_200_000, Now: func() time.Time { return now }})
 	for i, l := range []string{
-		clickLine("old1", "s0", nowMs-3*3_600_000, 0),
-		clickLine("new1", "s0", nowMs-60_000, 0),
-		clickLine("old2", "s0", nowMs-50*3_600_000, 0),
+		testenv.ClickLine("old1", "hot", "s0", nowMs-3*3_600_000, 0),
+		testenv.ClickLine("new1", "hot", "s0", nowMs-60_000, 0),
+		testenv.ClickLine("old2", "hot", "s0", nowMs-50*3_600_000, 0),
 		"not json",
-		clickLine("edge", "s0", nowMs-7_200_000, 0), // exactly the horizon: not old
-		clickLine("old3", "s0", nowMs-7_300_000, 0),
+		testenv.ClickLine("edge", "hot", "s0", nowMs-7_200_000, 0), // exactly the horizon: not old
+		testenv.ClickLine("old3", "hot", "s0", nowMs-7_300_000, 0),
 	} {
 		if err := p.Add(context.Background(), []byte(l), i+1); err != nil {
 			t.Fatal(err)
@@ -293,7 +268,7 @@ func TestPutterFailedSaysWhatWasWritten(t *testing.T) {
 			ft.Fail("PutRecords", 1, gone)
 		}
 		// Line numbers as a file with a blank first line gives them.
-		if err = p.Add(ctx, []byte(clickLine(fmt.Sprintf("c%d", i), "s0", clickHour, 0)), i+2); err != nil {
+		if err = p.Add(ctx, []byte(testenv.ClickLine(fmt.Sprintf("c%d", i), "hot", "s0", clickHour, 0)), i+2); err != nil {
 			break
 		}
 	}

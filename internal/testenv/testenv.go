@@ -10,6 +10,9 @@
 // Integration tests carry the build tag "integration". A test that needs a
 // server fails, never skips, when the server is not configured or not
 // reachable: in CI a missing server is a failure.
+//
+// It also holds small input builders that tests of several packages share
+// (ClickLine, SizedClickLine).
 package testenv
 
 import (

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adclick/adclick/eventtime"
 	"github.com/adclick/adclick/sink"
 )
 
@@ -67,11 +68,6 @@ func Totals(t *testing.T, open func(t *testing.T) sink.Totals) {
 // totBase is 2026-11-29T10:00Z, the start of an hour.
 var totBase = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC).UnixMilli()
 
-const (
-	totMinuteMs = int64(60_000)
-	totHourMs   = 60 * totMinuteMs
-)
-
 func totCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -79,11 +75,11 @@ func totCtx(t *testing.T) context.Context {
 }
 
 func totMinute(ad string, i int, valid, spend, epoch int64) sink.Total {
-	return sink.Total{Ad: ad, StartMs: totBase + int64(i)*totMinuteMs, Valid: valid, SpendMicros: spend, Epoch: epoch}
+	return sink.Total{Ad: ad, StartMs: totBase + int64(i)*eventtime.MinuteMs, Valid: valid, SpendMicros: spend, Epoch: epoch}
 }
 
 func totHour(ad string, i int, valid, spend, epoch int64) sink.Total {
-	return sink.Total{Ad: ad, StartMs: totBase + int64(i)*totHourMs, Hour: true, Valid: valid, SpendMicros: spend, Epoch: epoch}
+	return sink.Total{Ad: ad, StartMs: totBase + int64(i)*eventtime.HourMs, Hour: true, Valid: valid, SpendMicros: spend, Epoch: epoch}
 }
 
 func totSet(t *testing.T, ctx context.Context, s sink.Totals, ts ...sink.Total) {
@@ -196,10 +192,10 @@ func testTotalsMissing(t *testing.T, s sink.Totals) {
 	totWantMissing(t, ctx, s, sink.TotalKey{Ad: "ad_7", StartMs: totBase})
 	totSet(t, ctx, s, totMinute("ad_7", 14, 5, 50, 41))
 	// Neighbours of a written key are still missing.
-	totWantMissing(t, ctx, s, sink.TotalKey{Ad: "ad_7", StartMs: totBase + 13*totMinuteMs})
-	totWantMissing(t, ctx, s, sink.TotalKey{Ad: "ad_7", StartMs: totBase + 15*totMinuteMs})
-	totWantMissing(t, ctx, s, sink.TotalKey{Ad: "ad_70", StartMs: totBase + 14*totMinuteMs})
-	totWantMissing(t, ctx, s, sink.TotalKey{Ad: "ad_", StartMs: totBase + 14*totMinuteMs})
+	totWantMissing(t, ctx, s, sink.TotalKey{Ad: "ad_7", StartMs: totBase + 13*eventtime.MinuteMs})
+	totWantMissing(t, ctx, s, sink.TotalKey{Ad: "ad_7", StartMs: totBase + 15*eventtime.MinuteMs})
+	totWantMissing(t, ctx, s, sink.TotalKey{Ad: "ad_70", StartMs: totBase + 14*eventtime.MinuteMs})
+	totWantMissing(t, ctx, s, sink.TotalKey{Ad: "ad_", StartMs: totBase + 14*eventtime.MinuteMs})
 	totWantWritten(t, ctx, s, 40)
 }
 
@@ -368,7 +364,7 @@ func testTotalsTotalsWrittenReentrant(t *testing.T, s sink.Totals) {
 	seen := map[sink.TotalKey]bool{}
 	err := s.TotalsWritten(ctx, 43, func(k sink.TotalKey) error {
 		seen[k] = true
-		if k.StartMs%(2*totMinuteMs) == 0 {
+		if k.StartMs%(2*eventtime.MinuteMs) == 0 {
 			return s.DeleteTotals(ctx, []sink.TotalKey{k})
 		}
 		return s.SetTotals(ctx, []sink.Total{{Ad: k.Ad, StartMs: k.StartMs, Valid: 1, SpendMicros: 2, Epoch: 43}})
@@ -381,7 +377,7 @@ func testTotalsTotalsWrittenReentrant(t *testing.T, s sink.Totals) {
 		if !seen[x.Key()] {
 			t.Fatalf("TotalsWritten(43) did not visit %+v", x.Key())
 		}
-		if x.StartMs%(2*totMinuteMs) == 0 {
+		if x.StartMs%(2*eventtime.MinuteMs) == 0 {
 			totWantMissing(t, ctx, s, x.Key())
 			continue
 		}
@@ -582,7 +578,7 @@ func testTotalsConcurrent(t *testing.T, s sink.Totals) {
 					{Ad: own, StartMs: totBase, Valid: v, SpendMicros: v * 1000, Epoch: v},
 					{Ad: own, StartMs: totBase, Hour: true, Valid: v, SpendMicros: v * 1000, Epoch: v},
 					{Ad: shared.Ad, StartMs: shared.StartMs, Valid: v, SpendMicros: v * 1000, Epoch: v},
-					{Ad: own, StartMs: totBase + totMinuteMs*int64(1+r%5), Valid: v, SpendMicros: v * 1000, Epoch: v},
+					{Ad: own, StartMs: totBase + eventtime.MinuteMs*int64(1+r%5), Valid: v, SpendMicros: v * 1000, Epoch: v},
 				}
 				if err := s.SetTotals(ctx, ts); err != nil {
 					errs <- fmt.Errorf("writer %d: SetTotals: %w", w, err)
