@@ -165,15 +165,6 @@ func (s *Source) Flush() {
 	}
 }
 
-// Buffered returns the number of clicks waiting for a full batch.
-func (s *Source) Buffered() int {
-	n := 0
-	for _, b := range s.batches {
-		n += len(b)
-	}
-	return n
-}
-
 func (s *Source) send(o int) {
 	if len(s.batches[o]) == 0 {
 		return

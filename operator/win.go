@@ -115,9 +115,6 @@ func (w *Win) Minutes() *windowing.Minutes { return w.minutes }
 // Late returns the late totals the machine drives.
 func (w *Win) Late() *latepath.Late { return w.late }
 
-// Watermark returns the subtask's watermark: the minimum of its inputs'.
-func (w *Win) Watermark() int64 { return w.wm }
-
 // Epoch returns the tag of the writes being decided.
 func (w *Win) Epoch() int64 { return w.epoch }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/adclick/adclick/internal/testenv"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/sink/dynamo"
 	"github.com/adclick/adclick/sink/sinktest"
@@ -112,7 +112,7 @@ func (f *throttlingDynamo) UpdateItem(ctx context.Context, in *dynamodb.UpdateIt
 
 // apply decodes the Store's Put or Remove and applies it to the table.
 func (f *throttlingDynamo) apply(ctx context.Context, in *dynamodb.UpdateItemInput) error {
-	k := sink.Key{Entity: attrS(in.Key, "entity"), Bucket: attrS(in.Key, "bucket")}
+	k := sink.Key{Entity: testenv.AttrS(in.Key, "entity"), Bucket: testenv.AttrS(in.Key, "bucket")}
 	var w sink.Writer
 	switch v := in.ExpressionAttributeNames["#v"]; v {
 	case "fast_valid":
@@ -126,10 +126,10 @@ func (f *throttlingDynamo) apply(ctx context.Context, in *dynamodb.UpdateItemInp
 	refused := false
 	switch expr := aws.ToString(in.UpdateExpression); {
 	case strings.HasPrefix(expr, "SET"):
-		p := sink.Put{Key: k, Writer: w, Valid: attrN(vals, ":v"), SpendMicros: attrN(vals, ":s"),
-			Epoch: attrN(vals, ":c"), Gen: attrN(vals, ":g")}
+		p := sink.Put{Key: k, Writer: w, Valid: testenv.AttrN(vals, ":v"), SpendMicros: testenv.AttrN(vals, ":s"),
+			Epoch: testenv.AttrN(vals, ":c"), Gen: testenv.AttrN(vals, ":g")}
 		if _, ok := vals[":rc"]; ok {
-			p.ClosedRow, p.RestoredCkpt = true, attrN(vals, ":rc")
+			p.ClosedRow, p.RestoredCkpt = true, testenv.AttrN(vals, ":rc")
 		}
 		n, err := f.rows.Put(ctx, []sink.Put{p})
 		if err != nil {
@@ -137,7 +137,7 @@ func (f *throttlingDynamo) apply(ctx context.Context, in *dynamodb.UpdateItemInp
 		}
 		refused = n > 0
 	case strings.HasPrefix(expr, "REMOVE"):
-		ok, err := f.rows.Remove(ctx, k, w, attrN(vals, ":c"))
+		ok, err := f.rows.Remove(ctx, k, w, testenv.AttrN(vals, ":c"))
 		if err != nil {
 			return err
 		}
@@ -149,21 +149,6 @@ func (f *throttlingDynamo) apply(ctx context.Context, in *dynamodb.UpdateItemInp
 		return &types.ConditionalCheckFailedException{Message: aws.String("the conditional request failed")}
 	}
 	return nil
-}
-
-func attrS(m map[string]types.AttributeValue, name string) string {
-	if v, ok := m[name].(*types.AttributeValueMemberS); ok {
-		return v.Value
-	}
-	return ""
-}
-
-func attrN(m map[string]types.AttributeValue, name string) int64 {
-	if v, ok := m[name].(*types.AttributeValueMemberN); ok {
-		n, _ := strconv.ParseInt(v.Value, 10, 64)
-		return n
-	}
-	return 0
 }
 
 func (f *throttlingDynamo) GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {

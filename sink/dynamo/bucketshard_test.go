@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/adclick/adclick/internal/testenv"
 	"github.com/adclick/adclick/sink"
 )
 
@@ -86,8 +87,8 @@ func TestWritesSetBucketShard(t *testing.T) {
 	}
 	shards := map[string]int{}
 	for _, u := range f.updates {
-		ad := attrS(u.Key, "entity")
-		bs := attrS(u.ExpressionAttributeValues, ":bs")
+		ad := testenv.AttrS(u.Key, "entity")
+		bs := testenv.AttrS(u.ExpressionAttributeValues, ":bs")
 		if want := BucketShardKey(bucket, ad); bs != want {
 			t.Fatalf("update of %s: bucket_shard %q, want %q", ad, bs, want)
 		}
@@ -147,7 +148,7 @@ func (f *fakeBucketIndex) query(_ context.Context, in *dynamodb.QueryInput) (*dy
 	if in.ExpressionAttributeNames["#bs"] != "bucket_shard" {
 		return nil, fmt.Errorf("key condition %q names %v", cond, in.ExpressionAttributeNames)
 	}
-	key := attrS(in.ExpressionAttributeValues, ":bs")
+	key := testenv.AttrS(in.ExpressionAttributeValues, ":bs")
 	if key == f.fail {
 		return nil, errShard
 	}
@@ -158,7 +159,7 @@ func (f *fakeBucketIndex) query(_ context.Context, in *dynamodb.QueryInput) (*dy
 		if in.ExpressionAttributeNames["#e"] != "entity" {
 			return nil, fmt.Errorf("key condition %q names %v", cond, in.ExpressionAttributeNames)
 		}
-		after = attrS(in.ExpressionAttributeValues, ":a")
+		after = testenv.AttrS(in.ExpressionAttributeValues, ":a")
 		if after == "" {
 			return nil, errors.New("key condition compares with an empty string")
 		}
@@ -166,7 +167,7 @@ func (f *fakeBucketIndex) query(_ context.Context, in *dynamodb.QueryInput) (*dy
 		return nil, fmt.Errorf("key condition %q", cond)
 	}
 	if in.ExclusiveStartKey != nil {
-		if s := attrS(in.ExclusiveStartKey, "entity"); s > after {
+		if s := testenv.AttrS(in.ExclusiveStartKey, "entity"); s > after {
 			after = s
 		}
 	}
@@ -228,7 +229,7 @@ func TestQueryBucketMergesShards(t *testing.T) {
 	}
 	keys := map[string]bool{}
 	for _, q := range f.queries {
-		keys[attrS(q.ExpressionAttributeValues, ":bs")] = true
+		keys[testenv.AttrS(q.ExpressionAttributeValues, ":bs")] = true
 		if q.Limit != nil {
 			t.Errorf("query without a limit has Limit %d", *q.Limit)
 		}

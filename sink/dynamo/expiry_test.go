@@ -2,15 +2,14 @@ package dynamo
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/adclick/adclick/internal/testenv"
 	"github.com/adclick/adclick/sink"
 )
 
@@ -41,7 +40,7 @@ func TestPutSetsDefaultExpiry(t *testing.T) {
 		t.Fatalf("%d UpdateItem calls, want 3", len(f.updates))
 	}
 	for _, u := range f.updates {
-		b, expr := attrS(u.Key, "bucket"), aws.ToString(u.UpdateExpression)
+		b, expr := testenv.AttrS(u.Key, "bucket"), aws.ToString(u.UpdateExpression)
 		set := "#ea = :ea"
 		if strings.Contains(expr, "#a = :a") { // the recount's
 			set = "#ea = if_not_exists(#ea, :ea)"
@@ -50,23 +49,8 @@ func TestPutSetsDefaultExpiry(t *testing.T) {
 			t.Errorf("%s: update %q with names %v, want %q on expires_at", b, expr, u.ExpressionAttributeNames, set)
 			continue
 		}
-		if got := attrN(u.ExpressionAttributeValues, ":ea"); got != want[b] {
+		if got := testenv.AttrN(u.ExpressionAttributeValues, ":ea"); got != want[b] {
 			t.Errorf("%s: expires_at %d (%v), want %d (%v)", b, got, time.Unix(got, 0).UTC(), want[b], time.Unix(want[b], 0).UTC())
 		}
 	}
-}
-
-func attrS(m map[string]types.AttributeValue, name string) string {
-	if v, ok := m[name].(*types.AttributeValueMemberS); ok {
-		return v.Value
-	}
-	return ""
-}
-
-func attrN(m map[string]types.AttributeValue, name string) int64 {
-	if v, ok := m[name].(*types.AttributeValueMemberN); ok {
-		n, _ := strconv.ParseInt(v.Value, 10, 64)
-		return n
-	}
-	return 0
 }

@@ -332,10 +332,10 @@ func TestQueryBucketReadsOnlyTheBucket(t *testing.T) {
 		t.Errorf("%d items read of the table's 800 (the hour's 50 after the cursor), want 30 to %d", n, min(50, BucketShards*shardLimit(30)))
 	}
 	for _, q := range counting.inputs {
-		if aws.ToString(q.IndexName) != BucketIndex || !strings.HasPrefix(attrS(q.ExpressionAttributeValues, ":bs"), "H2026-11-29T10Z#") ||
+		if aws.ToString(q.IndexName) != BucketIndex || !strings.HasPrefix(testenv.AttrS(q.ExpressionAttributeValues, ":bs"), "H2026-11-29T10Z#") ||
 			q.Limit == nil || *q.Limit > 30 {
 			t.Errorf("query of index %s, key %s, limit %v: want %s, H2026-11-29T10Z#<n>, at most 30",
-				aws.ToString(q.IndexName), attrS(q.ExpressionAttributeValues, ":bs"), q.Limit, BucketIndex)
+				aws.ToString(q.IndexName), testenv.AttrS(q.ExpressionAttributeValues, ":bs"), q.Limit, BucketIndex)
 		}
 	}
 	if n := len(counting.inputs); n < BucketShards {
@@ -387,13 +387,13 @@ func TestItemsCarryBucketShard(t *testing.T) {
 	if _, err := s.PutFinal(ctx, []sink.FinalPut{{Key: finalOnly, Valid: 2, Gen: 1, AtMs: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := attrS(rawItem(t, client, s.Table(), finalOnly), "bucket_shard"), BucketShardKey(finalOnly.Bucket, finalOnly.Entity); got != want {
+	if got, want := testenv.AttrS(rawItem(t, client, s.Table(), finalOnly), "bucket_shard"), BucketShardKey(finalOnly.Bucket, finalOnly.Entity); got != want {
 		t.Errorf("row only the recount wrote: bucket_shard %q, want %q", got, want)
 	}
 	shards := map[string]bool{}
 	for _, p := range puts {
 		av := rawItem(t, client, s.Table(), p.Key)
-		bs := attrS(av, "bucket_shard")
+		bs := testenv.AttrS(av, "bucket_shard")
 		if bs != BucketShardKey(minute, p.Entity) {
 			t.Fatalf("%v: bucket_shard %q, want %q", p.Key, bs, BucketShardKey(minute, p.Entity))
 		}

@@ -24,6 +24,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
+	"github.com/adclick/adclick/internal/testenv"
 	"github.com/adclick/adclick/sink"
 )
 
@@ -835,7 +836,7 @@ func TestPutSetsExpiry(t *testing.T) {
 				t.Fatalf("%d UpdateItem calls, want 3", len(f.updates))
 			}
 			for _, u := range f.updates {
-				b := attrS(u.Key, "bucket")
+				b := testenv.AttrS(u.Key, "bucket")
 				want := c.wantMinute
 				if b == hour.Bucket {
 					want = c.wantHour
@@ -855,7 +856,7 @@ func TestPutSetsExpiry(t *testing.T) {
 				if !strings.Contains(expr, setExpr) || u.ExpressionAttributeNames["#ea"] != "expires_at" {
 					t.Errorf("%s: expression %q names %v, want %q with #ea = expires_at", b, expr, u.ExpressionAttributeNames, setExpr)
 				}
-				if got := attrN(u.ExpressionAttributeValues, ":ea"); got != want {
+				if got := testenv.AttrN(u.ExpressionAttributeValues, ":ea"); got != want {
 					t.Errorf("%s final=%v: expires_at %d, want %d (%v)", b, final, got, want, time.Unix(want, 0).UTC())
 				}
 			}
