@@ -1,7 +1,8 @@
 // Package ckptstore keeps the job's checkpoints, savepoints and epoch
 // high-water mark in durable storage: a local folder (Local, embedded mode)
 // or an S3 bucket (Remote, AWS mode, where a container's disk does not
-// survive a restart). Both implement Store, so the runtime has one code path.
+// survive a restart). Both implement ckpt.Store, the contract the runtime
+// depends on; its caller picks the store.
 //
 // # How the runtime drives it
 //

@@ -18,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/adclick/adclick/ckptstore/ckpt"
 )
 
 // clock is a test clock: real time shifted by an offset the test moves.
@@ -254,7 +256,7 @@ func (e *remoteEnv) keys(t testing.TB, p string) []string {
 
 // sharedOf returns the shared keys a stored manifest references, read
 // straight from the bucket.
-func (e *remoteEnv) sharedOf(t testing.TB, kind Kind, id int64) []string {
+func (e *remoteEnv) sharedOf(t testing.TB, kind ckpt.Kind, id int64) []string {
 	t.Helper()
 	b, err := e.r.getBytes(context.Background(), manifestKey(kind, id))
 	if err != nil {

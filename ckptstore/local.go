@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/adclick/adclick/ckptstore/ckpt"
 )
 
 // LocalManifest is the name of the manifest file a Local store writes into
@@ -47,7 +49,7 @@ type Local struct {
 	inflight map[string]int // staging directories of running uploads
 }
 
-var _ Store = (*Local)(nil)
+var _ ckpt.Store = (*Local)(nil)
 
 // NewLocal returns a Local store rooted at root, creating it if needed.
 func NewLocal(root string, o Options) (*Local, error) {
@@ -82,62 +84,62 @@ func localAt(root string, o Options, create bool) (*Local, error) {
 	return &Local{root: root, o: o, m: m, inflight: map[string]int{}}, nil
 }
 
-func (l *Local) kindDir(kind Kind) string {
-	if kind == Savepoint {
+func (l *Local) kindDir(kind ckpt.Kind) string {
+	if kind == ckpt.Savepoint {
 		return filepath.Join(l.root, "savepoints")
 	}
 	return filepath.Join(l.root, "checkpoints")
 }
 
-func localName(kind Kind, id int64) string {
-	if kind == Savepoint {
+func localName(kind ckpt.Kind, id int64) string {
+	if kind == ckpt.Savepoint {
 		return "sp-" + strconv.FormatInt(id, 10)
 	}
-	return kind.name(id)
+	return kind.Name(id)
 }
 
 // Dir returns the directory that holds (or would hold) id, for callers
 // that read a complete checkpoint in place instead of downloading it.
-func (l *Local) Dir(id int64, kind Kind) string {
+func (l *Local) Dir(id int64, kind ckpt.Kind) string {
 	return filepath.Join(l.kindDir(kind), localName(kind, id))
 }
 
 // Location implements Store: the same as Dir.
-func (l *Local) Location(id int64, kind Kind) string { return l.Dir(id, kind) }
+func (l *Local) Location(id int64, kind ckpt.Kind) string { return l.Dir(id, kind) }
 
 // Upload implements Store.
-func (l *Local) Upload(ctx context.Context, localDir string, id int64, kind Kind) (UploadStats, error) {
+func (l *Local) Upload(ctx context.Context, localDir string, id int64, kind ckpt.Kind) (ckpt.UploadStats, error) {
 	st, err := l.upload(ctx, localDir, id, kind)
 	if err != nil {
-		return UploadStats{}, l.m.fail("upload", err)
+		return ckpt.UploadStats{}, l.m.fail("upload", err)
 	}
 	l.m.uploadDone(kind, st)
 	return st, nil
 }
 
-func (l *Local) upload(ctx context.Context, localDir string, id int64, kind Kind) (UploadStats, error) {
+func (l *Local) upload(ctx context.Context, localDir string, id int64, kind ckpt.Kind) (ckpt.UploadStats, error) {
 	began := l.o.Now()
 	if err := checkID(id, kind); err != nil {
-		return UploadStats{}, err
+		return ckpt.UploadStats{}, err
 	}
 	dirs, files, err := scanTree(localDir)
 	if err != nil {
-		return UploadStats{}, err
+		return ckpt.UploadStats{}, err
 	}
 	for _, f := range files {
 		if f.rel == LocalManifest {
-			return UploadStats{}, fmt.Errorf("ckptstore: %s holds a file named %s, which the store reserves", localDir, LocalManifest)
+			return ckpt.UploadStats{}, fmt.Errorf("ckptstore: %s holds a file named %s, which the store reserves", localDir, LocalManifest)
 		}
 	}
 	final := l.Dir(id, kind)
 	if _, err := os.Stat(final); err == nil {
-		return UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: %w", kind, id, ErrExists)
+		return ckpt.UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: %w", kind, id, ckpt.ErrExists)
 	}
 	staging := filepath.Join(l.kindDir(kind), localUploadPrefix+localName(kind, id))
 	l.mu.Lock()
 	if l.inflight[staging] > 0 {
 		l.mu.Unlock()
-		return UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: another upload of it is running", kind, id)
+		return ckpt.UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: another upload of it is running", kind, id)
 	}
 	l.inflight[staging]++
 	l.mu.Unlock()
@@ -147,7 +149,7 @@ func (l *Local) upload(ctx context.Context, localDir string, id int64, kind Kind
 		l.mu.Unlock()
 	}()
 	if err := os.RemoveAll(staging); err != nil {
-		return UploadStats{}, fmt.Errorf("ckptstore: upload staging: %w", err)
+		return ckpt.UploadStats{}, fmt.Errorf("ckptstore: upload staging: %w", err)
 	}
 	ok := false
 	defer func() {
@@ -156,10 +158,10 @@ func (l *Local) upload(ctx context.Context, localDir string, id int64, kind Kind
 		}
 	}()
 	if err := makeDirs(staging, append([]string{"."}, dirs...)); err != nil {
-		return UploadStats{}, err
+		return ckpt.UploadStats{}, err
 	}
 	if err := l.sums.fill(ctx, files, l.o.Parallelism); err != nil {
-		return UploadStats{}, err
+		return ckpt.UploadStats{}, err
 	}
 	linked := make([]bool, len(files))
 	err = parallel(ctx, len(files), l.o.Parallelism, func(ctx context.Context, i int) error {
@@ -172,9 +174,9 @@ func (l *Local) upload(ctx context.Context, localDir string, id int64, kind Kind
 		return copyFile(f.abs, dst)
 	})
 	if err != nil {
-		return UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: %w", kind, id, err)
+		return ckpt.UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: %w", kind, id, err)
 	}
-	st := UploadStats{Files: len(files)}
+	st := ckpt.UploadStats{Files: len(files)}
 	m := manifest{Version: manifestVersion, Kind: kind.String(), ID: id, CreatedMs: began.UnixMilli(), Dirs: dirs}
 	for i, f := range files {
 		m.Files = append(m.Files, fileEntry{Path: f.rel, Size: f.size, SHA256: f.sum})
@@ -188,42 +190,42 @@ func (l *Local) upload(ctx context.Context, localDir string, id int64, kind Kind
 	}
 	b, err := json.MarshalIndent(m, "", " ")
 	if err != nil {
-		return UploadStats{}, fmt.Errorf("ckptstore: encode manifest: %w", err)
+		return ckpt.UploadStats{}, fmt.Errorf("ckptstore: encode manifest: %w", err)
 	}
 	if err := writeFileSync(filepath.Join(staging, LocalManifest), b); err != nil {
-		return UploadStats{}, err
+		return ckpt.UploadStats{}, err
 	}
 	for _, d := range append([]string{"."}, dirs...) {
 		if err := syncDir(filepath.Join(staging, filepath.FromSlash(d))); err != nil {
-			return UploadStats{}, err
+			return ckpt.UploadStats{}, err
 		}
 	}
 	if err := os.Rename(staging, final); err != nil {
-		return UploadStats{}, fmt.Errorf("ckptstore: commit %s %d: %w", kind, id, err)
+		return ckpt.UploadStats{}, fmt.Errorf("ckptstore: commit %s %d: %w", kind, id, err)
 	}
 	ok = true
 	if err := syncDir(l.kindDir(kind)); err != nil {
-		return UploadStats{}, err
+		return ckpt.UploadStats{}, err
 	}
 	st.Duration = l.o.Now().Sub(began)
 	return st, nil
 }
 
 // List implements Store.
-func (l *Local) List(ctx context.Context, kind Kind) ([]int64, error) {
+func (l *Local) List(ctx context.Context, kind ckpt.Kind) ([]int64, error) {
 	ids, err := l.list(kind)
 	return ids, l.m.fail("list", err)
 }
 
-func (l *Local) list(kind Kind) ([]int64, error) {
-	if err := kind.valid(); err != nil {
+func (l *Local) list(kind ckpt.Kind) ([]int64, error) {
+	if err := kind.Valid(); err != nil {
 		return nil, err
 	}
 	ents, err := os.ReadDir(l.kindDir(kind))
 	if err != nil {
 		return nil, fmt.Errorf("ckptstore: list %ss: %w", kind, err)
 	}
-	prefix := kind.prefix()
+	prefix := kind.Prefix()
 	var ids []int64
 	for _, e := range ents {
 		s, ok := strings.CutPrefix(e.Name(), prefix)
@@ -243,23 +245,23 @@ func (l *Local) list(kind Kind) ([]int64, error) {
 }
 
 // Latest implements Store.
-func (l *Local) Latest(ctx context.Context, kind Kind) (int64, bool, error) {
+func (l *Local) Latest(ctx context.Context, kind ckpt.Kind) (int64, bool, error) {
 	return latest(l.List(ctx, kind))
 }
 
 // Download implements Store. Files are hard-linked where possible.
-func (l *Local) Download(ctx context.Context, id int64, kind Kind, localDir string) error {
+func (l *Local) Download(ctx context.Context, id int64, kind ckpt.Kind, localDir string) error {
 	return l.m.fail("download", l.download(ctx, id, kind, localDir))
 }
 
 // ReadFile implements Store.
-func (l *Local) ReadFile(ctx context.Context, id int64, kind Kind, path string) ([]byte, error) {
+func (l *Local) ReadFile(ctx context.Context, id int64, kind ckpt.Kind, path string) ([]byte, error) {
 	b, err := l.readFile(id, kind, path)
 	return b, l.m.fail("read", err)
 }
 
-func (l *Local) readFile(id int64, kind Kind, path string) ([]byte, error) {
-	if err := kind.valid(); err != nil {
+func (l *Local) readFile(id int64, kind ckpt.Kind, path string) ([]byte, error) {
+	if err := kind.Valid(); err != nil {
 		return nil, err
 	}
 	if !fs.ValidPath(path) {
@@ -268,7 +270,7 @@ func (l *Local) readFile(id int64, kind Kind, path string) ([]byte, error) {
 	dir := l.Dir(id, kind)
 	b, err := os.ReadFile(filepath.Join(dir, LocalManifest))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("ckptstore: read %s %d: %w", kind, id, ErrNotFound)
+		return nil, fmt.Errorf("ckptstore: read %s %d: %w", kind, id, ckpt.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ckptstore: read %s %d: %w", kind, id, err)
@@ -282,14 +284,14 @@ func (l *Local) readFile(id int64, kind Kind, path string) ([]byte, error) {
 	})
 }
 
-func (l *Local) download(ctx context.Context, id int64, kind Kind, localDir string) error {
-	if err := kind.valid(); err != nil {
+func (l *Local) download(ctx context.Context, id int64, kind ckpt.Kind, localDir string) error {
+	if err := kind.Valid(); err != nil {
 		return err
 	}
 	src := l.Dir(id, kind)
 	b, err := os.ReadFile(filepath.Join(src, LocalManifest))
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("ckptstore: download %s %d: %w", kind, id, ErrNotFound)
+		return fmt.Errorf("ckptstore: download %s %d: %w", kind, id, ckpt.ErrNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("ckptstore: download %s %d: %w", kind, id, err)
@@ -338,13 +340,13 @@ func (l *Local) download(ctx context.Context, id int64, kind Kind, localDir stri
 }
 
 // Delete implements Store.
-func (l *Local) Delete(ctx context.Context, id int64, kind Kind) error {
-	if err := kind.valid(); err != nil {
+func (l *Local) Delete(ctx context.Context, id int64, kind ckpt.Kind) error {
+	if err := kind.Valid(); err != nil {
 		return err
 	}
 	p := l.Dir(id, kind)
 	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("ckptstore: delete %s %d: %w", kind, id, ErrNotFound)
+		return fmt.Errorf("ckptstore: delete %s %d: %w", kind, id, ckpt.ErrNotFound)
 	}
 	return l.m.fail("delete", l.remove(p))
 }
@@ -364,22 +366,22 @@ func (l *Local) remove(p string) error {
 // Prune implements Store. Hard links share the files of consecutive
 // checkpoints, so removing a directory frees exactly what nothing else
 // holds; PruneStats.Shared stays 0.
-func (l *Local) Prune(ctx context.Context, keep int) (PruneStats, error) {
+func (l *Local) Prune(ctx context.Context, keep int) (ckpt.PruneStats, error) {
 	st, err := l.prune(keep)
 	return st, l.m.fail("prune", err)
 }
 
-func (l *Local) prune(keep int) (PruneStats, error) {
-	var st PruneStats
+func (l *Local) prune(keep int) (ckpt.PruneStats, error) {
+	var st ckpt.PruneStats
 	if keep < 1 {
 		return st, fmt.Errorf("ckptstore: prune: keep %d: want at least 1", keep)
 	}
-	ids, err := l.list(Checkpoint)
+	ids, err := l.list(ckpt.Checkpoint)
 	if err != nil {
 		return st, err
 	}
 	for len(ids) > keep {
-		if err := l.remove(l.Dir(ids[0], Checkpoint)); err != nil {
+		if err := l.remove(l.Dir(ids[0], ckpt.Checkpoint)); err != nil {
 			return st, err
 		}
 		st.Checkpoints++
@@ -387,7 +389,7 @@ func (l *Local) prune(keep int) (PruneStats, error) {
 	}
 	// Leftovers of interrupted uploads (not running now), and directories
 	// under a final name that never got a manifest.
-	for _, kind := range []Kind{Checkpoint, Savepoint} {
+	for _, kind := range []ckpt.Kind{ckpt.Checkpoint, ckpt.Savepoint} {
 		ents, err := os.ReadDir(l.kindDir(kind))
 		if err != nil {
 			return st, fmt.Errorf("ckptstore: prune: %w", err)
@@ -444,8 +446,8 @@ func (l *Local) SetHigh(ctx context.Context, e int64) error {
 	return l.m.fail("set_high", err)
 }
 
-func checkID(id int64, kind Kind) error {
-	if err := kind.valid(); err != nil {
+func checkID(id int64, kind ckpt.Kind) error {
+	if err := kind.Valid(); err != nil {
 		return err
 	}
 	if id < 0 {
@@ -461,14 +463,14 @@ func verifyFile(p string, f fileEntry) error {
 		return fmt.Errorf("%s: %w", f.Path, err)
 	}
 	if fi.Size() != f.Size {
-		return fmt.Errorf("%s: size %d, manifest says %d: %w", f.Path, fi.Size(), f.Size, ErrCorrupt)
+		return fmt.Errorf("%s: size %d, manifest says %d: %w", f.Path, fi.Size(), f.Size, ckpt.ErrCorrupt)
 	}
 	sum, err := hashFile(p)
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.Path, err)
 	}
 	if sum != f.SHA256 {
-		return fmt.Errorf("%s: checksum %s, manifest says %s: %w", f.Path, sum, f.SHA256, ErrCorrupt)
+		return fmt.Errorf("%s: checksum %s, manifest says %s: %w", f.Path, sum, f.SHA256, ckpt.ErrCorrupt)
 	}
 	return nil
 }
@@ -564,3 +566,16 @@ func (hw *hashingWriter) Write(p []byte) (int, error) {
 }
 
 func (hw *hashingWriter) sum() string { return hex.EncodeToString(hw.h.Sum(nil)) }
+
+// LocalOpener returns a function that opens the Local store rooted at root
+// (NewLocal), for runtime.Config.OpenCheckpoints: the job calls it once it
+// holds its data dir.
+func LocalOpener(root string, o Options) func() (ckpt.Store, error) {
+	return func() (ckpt.Store, error) {
+		l, err := NewLocal(root, o)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+}

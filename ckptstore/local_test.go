@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/adclick/adclick/ckptstore/ckpt"
 )
 
 func newLocal(t *testing.T) *Local {
@@ -25,22 +27,22 @@ func TestLocalUploadDownload(t *testing.T) {
 	}
 	c1 := src.checkpoint(1)
 	want1 := maps(src.want)
-	st := mustUpload(t, l, c1, 1, Checkpoint)
+	st := mustUpload(t, l, c1, 1, ckpt.Checkpoint)
 	total, _, _ := newBytes(t, c1, "")
 	if st.BytesUploaded+st.BytesReused != total || st.Files != st.FilesReused+st.FilesUploaded {
 		t.Errorf("stats: got %+v, want %d bytes in all", st, total)
 	}
 	src.batch(100)
 	c2 := src.checkpoint(2)
-	mustUpload(t, l, c2, 2, Checkpoint)
-	wantIDs(t, l, Checkpoint, 1, 2)
+	mustUpload(t, l, c2, 2, ckpt.Checkpoint)
+	wantIDs(t, l, ckpt.Checkpoint, 1, 2)
 	if _, err := os.Stat(filepath.Join(l.root, "checkpoints", "ckpt-000000000002", "state")); err != nil {
 		t.Errorf("layout: %v", err)
 	}
-	if got, want := l.Dir(2, Checkpoint), filepath.Join(l.root, "checkpoints", "ckpt-000000000002"); got != want {
+	if got, want := l.Dir(2, ckpt.Checkpoint), filepath.Join(l.root, "checkpoints", "ckpt-000000000002"); got != want {
 		t.Errorf("Dir: got %s, want %s", got, want)
 	}
-	got := mustDownload(t, l, 2, Checkpoint)
+	got := mustDownload(t, l, 2, ckpt.Checkpoint)
 	sameTree(t, got, c2)
 	checkPebble(t, got, src.want)
 	// A restore onto an empty folder, from a new Local over the same root.
@@ -52,12 +54,12 @@ func TestLocalUploadDownload(t *testing.T) {
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := l2.Download(context.Background(), 1, Checkpoint, dst); err != nil {
+	if err := l2.Download(context.Background(), 1, ckpt.Checkpoint, dst); err != nil {
 		t.Fatal(err)
 	}
 	sameTree(t, dst, c1)
 	checkPebble(t, dst, want1)
-	if _, err := l.Upload(context.Background(), c2, 2, Checkpoint); !errors.Is(err, ErrExists) {
+	if _, err := l.Upload(context.Background(), c2, 2, ckpt.Checkpoint); !errors.Is(err, ckpt.ErrExists) {
 		t.Errorf("second upload of id 2: got %v, want ErrExists", err)
 	}
 }
@@ -68,13 +70,13 @@ func TestLocalPartial(t *testing.T) {
 	ctx := context.Background()
 	l := newLocal(t)
 	tree := writeTree(t, map[string]string{"state/1.sst": "one", "meta.json": "{}"})
-	mustUpload(t, l, tree, 1, Checkpoint)
+	mustUpload(t, l, tree, 1, ckpt.Checkpoint)
 	leftover := filepath.Join(l.root, "checkpoints", localUploadPrefix+"ckpt-000000000002")
 	if err := os.CopyFS(leftover, os.DirFS(tree)); err != nil {
 		t.Fatal(err)
 	}
-	wantIDs(t, l, Checkpoint, 1)
-	if err := l.Download(ctx, 2, Checkpoint, filepath.Join(t.TempDir(), "x")); !errors.Is(err, ErrNotFound) {
+	wantIDs(t, l, ckpt.Checkpoint, 1)
+	if err := l.Download(ctx, 2, ckpt.Checkpoint, filepath.Join(t.TempDir(), "x")); !errors.Is(err, ckpt.ErrNotFound) {
 		t.Errorf("download of a partial upload: got %v, want ErrNotFound", err)
 	}
 	st, err := l.Prune(ctx, 3)
@@ -84,14 +86,14 @@ func TestLocalPartial(t *testing.T) {
 	if _, err := os.Stat(leftover); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("leftover after prune: %v", err)
 	}
-	mustUpload(t, l, tree, 2, Checkpoint)
-	wantIDs(t, l, Checkpoint, 1, 2)
+	mustUpload(t, l, tree, 2, ckpt.Checkpoint)
+	wantIDs(t, l, ckpt.Checkpoint, 1, 2)
 
 	bad := writeTree(t, map[string]string{LocalManifest: "x"})
-	if _, err := l.Upload(ctx, bad, 3, Checkpoint); err == nil {
+	if _, err := l.Upload(ctx, bad, 3, ckpt.Checkpoint); err == nil {
 		t.Errorf("upload of a tree holding %s: got nil error", LocalManifest)
 	}
-	wantIDs(t, l, Checkpoint, 1, 2)
+	wantIDs(t, l, ckpt.Checkpoint, 1, 2)
 }
 
 func TestLocalPruneKeepsSavepoints(t *testing.T) {
@@ -99,9 +101,9 @@ func TestLocalPruneKeepsSavepoints(t *testing.T) {
 	l := newLocal(t)
 	tree := writeTree(t, map[string]string{"state/1.sst": "one", "meta.json": "{}"})
 	for id := int64(1); id <= 5; id++ {
-		mustUpload(t, l, tree, id, Checkpoint)
+		mustUpload(t, l, tree, id, ckpt.Checkpoint)
 	}
-	mustUpload(t, l, tree, 2, Savepoint)
+	mustUpload(t, l, tree, 2, ckpt.Savepoint)
 	if _, err := l.Prune(ctx, 0); err == nil {
 		t.Errorf("prune keeping 0: got nil error")
 	}
@@ -109,17 +111,17 @@ func TestLocalPruneKeepsSavepoints(t *testing.T) {
 	if err != nil || st.Checkpoints != 3 {
 		t.Fatalf("prune: got %+v, %v; want 3 checkpoints removed", st, err)
 	}
-	wantIDs(t, l, Checkpoint, 4, 5)
-	wantIDs(t, l, Savepoint, 2)
+	wantIDs(t, l, ckpt.Checkpoint, 4, 5)
+	wantIDs(t, l, ckpt.Savepoint, 2)
 	if _, err := os.Stat(filepath.Join(l.root, "savepoints", "sp-2", LocalManifest)); err != nil {
 		t.Errorf("savepoint layout: %v", err)
 	}
-	sameTree(t, mustDownload(t, l, 2, Savepoint), tree)
-	if err := DropAfter(ctx, l, 4); err != nil {
+	sameTree(t, mustDownload(t, l, 2, ckpt.Savepoint), tree)
+	if err := ckpt.DropAfter(ctx, l, 4); err != nil {
 		t.Fatal(err)
 	}
-	wantIDs(t, l, Checkpoint, 4)
-	if err := l.Delete(ctx, 9, Checkpoint); !errors.Is(err, ErrNotFound) {
+	wantIDs(t, l, ckpt.Checkpoint, 4)
+	if err := l.Delete(ctx, 9, ckpt.Checkpoint); !errors.Is(err, ckpt.ErrNotFound) {
 		t.Errorf("delete of a missing id: got %v, want ErrNotFound", err)
 	}
 }
@@ -127,8 +129,8 @@ func TestLocalPruneKeepsSavepoints(t *testing.T) {
 func TestLocalCorrupt(t *testing.T) {
 	l := newLocal(t)
 	tree := writeTree(t, map[string]string{"state/1.sst": "one", "meta.json": "{}"})
-	mustUpload(t, l, tree, 1, Checkpoint)
-	p := filepath.Join(l.Dir(1, Checkpoint), "state", "1.sst")
+	mustUpload(t, l, tree, 1, ckpt.Checkpoint)
+	p := filepath.Join(l.Dir(1, ckpt.Checkpoint), "state", "1.sst")
 	// A new file (the stored one is a hard link to the source).
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
@@ -137,13 +139,13 @@ func TestLocalCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "r")
-	if err := l.Download(context.Background(), 1, Checkpoint, dst); !errors.Is(err, ErrCorrupt) {
+	if err := l.Download(context.Background(), 1, ckpt.Checkpoint, dst); !errors.Is(err, ckpt.ErrCorrupt) {
 		t.Errorf("download of a corrupted checkpoint: got %v, want ErrCorrupt", err)
 	}
-	if _, err := l.ReadFile(context.Background(), 1, Checkpoint, "state/1.sst"); !errors.Is(err, ErrCorrupt) {
+	if _, err := l.ReadFile(context.Background(), 1, ckpt.Checkpoint, "state/1.sst"); !errors.Is(err, ckpt.ErrCorrupt) {
 		t.Errorf("ReadFile of a corrupted file: got %v, want ErrCorrupt", err)
 	}
-	if b, err := l.ReadFile(context.Background(), 1, Checkpoint, "meta.json"); err != nil || string(b) != "{}" {
+	if b, err := l.ReadFile(context.Background(), 1, ckpt.Checkpoint, "meta.json"); err != nil || string(b) != "{}" {
 		t.Errorf("ReadFile of an intact file: got %q, %v; want {}", b, err)
 	}
 	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
@@ -153,7 +155,7 @@ func TestLocalCorrupt(t *testing.T) {
 
 func TestHigh(t *testing.T) {
 	c := &clock{}
-	stores := map[string]Store{"local": newLocal(t)}
+	stores := map[string]ckpt.Store{"local": newLocal(t)}
 	if r, err := NewRemote(newFakeS3("b", c.Now), "b", "p", Options{}); err == nil {
 		stores["remote"] = r
 	} else {
@@ -197,23 +199,23 @@ func TestLocalReadFile(t *testing.T) {
 	ctx := context.Background()
 	l := newLocal(t)
 	tree := writeTree(t, map[string]string{"state/1.sst": "one", "meta.json": `{"watermark": 7}`})
-	mustUpload(t, l, tree, 4, Checkpoint)
+	mustUpload(t, l, tree, 4, ckpt.Checkpoint)
 	for path, want := range map[string]string{"meta.json": `{"watermark": 7}`, "state/1.sst": "one"} {
-		if b, err := l.ReadFile(ctx, 4, Checkpoint, path); err != nil || string(b) != want {
+		if b, err := l.ReadFile(ctx, 4, ckpt.Checkpoint, path); err != nil || string(b) != want {
 			t.Errorf("ReadFile(%s) = %q, %v; want %q", path, b, err, want)
 		}
 	}
 	for _, c := range []struct {
 		id   int64
-		kind Kind
+		kind ckpt.Kind
 		path string
-	}{{4, Checkpoint, "absent.json"}, {5, Checkpoint, "meta.json"}, {4, Savepoint, "meta.json"}} {
-		if _, err := l.ReadFile(ctx, c.id, c.kind, c.path); !errors.Is(err, ErrNotFound) {
+	}{{4, ckpt.Checkpoint, "absent.json"}, {5, ckpt.Checkpoint, "meta.json"}, {4, ckpt.Savepoint, "meta.json"}} {
+		if _, err := l.ReadFile(ctx, c.id, c.kind, c.path); !errors.Is(err, ckpt.ErrNotFound) {
 			t.Errorf("ReadFile(%d, %v, %s): got %v, want ErrNotFound", c.id, c.kind, c.path, err)
 		}
 	}
 	for _, bad := range []string{"../meta.json", "/meta.json", "state/../meta.json", ""} {
-		if _, err := l.ReadFile(ctx, 4, Checkpoint, bad); err == nil {
+		if _, err := l.ReadFile(ctx, 4, ckpt.Checkpoint, bad); err == nil {
 			t.Errorf("ReadFile(%q) succeeded, want an invalid-path error", bad)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/adclick/adclick/ckptstore/ckpt"
 )
 
 // TestOpenLocal: OpenLocal creates nothing and reports a missing store as
@@ -30,9 +32,9 @@ func TestOpenLocal(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src, "meta.json"), []byte(`{"id":1}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mustUpload(t, w, src, 1, Checkpoint)
+	mustUpload(t, w, src, 1, ckpt.Checkpoint)
 	// A newer checkpoint's directory whose manifest was never written.
-	partial := w.Dir(2, Checkpoint)
+	partial := w.Dir(2, ckpt.Checkpoint)
 	if err := os.MkdirAll(partial, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -44,15 +46,15 @@ func TestOpenLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, s := range map[string]Store{"NewLocal": w, "OpenLocal": r} {
-		if id, ok, err := s.Latest(ctx, Checkpoint); err != nil || !ok || id != 1 {
+	for name, s := range map[string]ckpt.Store{"NewLocal": w, "OpenLocal": r} {
+		if id, ok, err := s.Latest(ctx, ckpt.Checkpoint); err != nil || !ok || id != 1 {
 			t.Errorf("%s: Latest got %d, %v, %v; want 1, the newest complete checkpoint", name, id, ok, err)
 		}
-		if _, err := s.ReadFile(ctx, 2, Checkpoint, "meta.json"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.ReadFile(ctx, 2, ckpt.Checkpoint, "meta.json"); !errors.Is(err, ckpt.ErrNotFound) {
 			t.Errorf("%s: ReadFile of the incomplete checkpoint: got %v, want ErrNotFound", name, err)
 		}
 	}
-	if b, err := r.ReadFile(ctx, 1, Checkpoint, "meta.json"); err != nil || string(b) != `{"id":1}` {
+	if b, err := r.ReadFile(ctx, 1, ckpt.Checkpoint, "meta.json"); err != nil || string(b) != `{"id":1}` {
 		t.Errorf("OpenLocal: ReadFile got %q, %v", b, err)
 	}
 	if _, err := OpenLocal(root, Options{Parallelism: -1}); err == nil {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/adclick/adclick/ckptstore/ckpt"
 )
 
 // Options configure a Local or a Remote store.
@@ -114,7 +116,7 @@ func (m *metrics) fail(op string, err error) error {
 	return err
 }
 
-func (m *metrics) uploadDone(kind Kind, st UploadStats) {
+func (m *metrics) uploadDone(kind ckpt.Kind, st ckpt.UploadStats) {
 	k := kind.String()
 	m.uploaded.WithLabelValues(k).Add(float64(st.BytesUploaded))
 	m.reused.WithLabelValues(k).Add(float64(st.BytesReused))

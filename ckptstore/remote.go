@@ -19,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/adclick/adclick/ckptstore/ckpt"
 )
 
 // API is the part of the S3 client a Remote uses; *s3.Client implements
@@ -92,12 +94,12 @@ type Remote struct {
 
 // pending is an upload that is running.
 type pending struct {
-	kind   Kind
+	kind   ckpt.Kind
 	id     int64
 	shared []string
 }
 
-var _ Store = (*Remote)(nil)
+var _ ckpt.Store = (*Remote)(nil)
 
 // NewRemote returns a Remote over bucket and prefix (as from ParseURL).
 func NewRemote(api API, bucket, prefix string, o Options) (*Remote, error) {
@@ -134,17 +136,17 @@ const (
 	highKey   = "epoch-high"
 )
 
-func kindDirKey(kind Kind) string {
-	if kind == Savepoint {
+func kindDirKey(kind ckpt.Kind) string {
+	if kind == ckpt.Savepoint {
 		return "savepoints/"
 	}
 	return "checkpoints/"
 }
 
 // dirKey is the prefix of id's own objects, relative to the store's prefix.
-func dirKey(kind Kind, id int64) string { return kindDirKey(kind) + kind.name(id) + "/" }
+func dirKey(kind ckpt.Kind, id int64) string { return kindDirKey(kind) + kind.Name(id) + "/" }
 
-func manifestKey(kind Kind, id int64) string { return "manifests/" + kind.name(id) + ".json" }
+func manifestKey(kind ckpt.Kind, id int64) string { return "manifests/" + kind.Name(id) + ".json" }
 
 // ParseSavepointLocation splits a savepoint's Location
 // (s3://BUCKET/PREFIX/manifests/sp-<id>.json, as `adclick savepoint` prints
@@ -154,7 +156,7 @@ func ParseSavepointLocation(loc string) (storeURL string, id int64, ok bool) {
 	if !strings.HasPrefix(loc, "s3://") {
 		return "", 0, false
 	}
-	root, name, found := strings.Cut(loc, "/manifests/"+Savepoint.prefix())
+	root, name, found := strings.Cut(loc, "/manifests/"+ckpt.Savepoint.Prefix())
 	if !found || strings.Contains(name, "/") {
 		return "", 0, false
 	}
@@ -170,7 +172,7 @@ func ParseSavepointLocation(loc string) (storeURL string, id int64, ok bool) {
 }
 
 // Location implements Store: s3://BUCKET/PREFIX/manifests/<name>.json.
-func (r *Remote) Location(id int64, kind Kind) string {
+func (r *Remote) Location(id int64, kind ckpt.Kind) string {
 	return "s3://" + r.bucket + "/" + r.prefix + manifestKey(kind, id)
 }
 
@@ -179,10 +181,10 @@ func (r *Remote) full(key string) *string { return aws.String(r.prefix + key) }
 // Upload implements Store. Table files go to shared/ under their SHA-256
 // unless a checkpoint already stored them; the rest under the
 // checkpoint's own prefix; the manifest last.
-func (r *Remote) Upload(ctx context.Context, localDir string, id int64, kind Kind) (UploadStats, error) {
+func (r *Remote) Upload(ctx context.Context, localDir string, id int64, kind ckpt.Kind) (ckpt.UploadStats, error) {
 	st, err := r.upload(ctx, localDir, id, kind)
 	if err != nil {
-		return UploadStats{}, r.m.fail("upload", err)
+		return ckpt.UploadStats{}, r.m.fail("upload", err)
 	}
 	r.m.uploadDone(kind, st)
 	return st, nil
@@ -194,26 +196,26 @@ type putJob struct {
 	shared bool
 }
 
-func (r *Remote) upload(ctx context.Context, localDir string, id int64, kind Kind) (UploadStats, error) {
+func (r *Remote) upload(ctx context.Context, localDir string, id int64, kind ckpt.Kind) (ckpt.UploadStats, error) {
 	began := r.o.Now()
 	if err := checkID(id, kind); err != nil {
-		return UploadStats{}, err
+		return ckpt.UploadStats{}, err
 	}
 	dirs, files, err := scanTree(localDir)
 	if err != nil {
-		return UploadStats{}, err
+		return ckpt.UploadStats{}, err
 	}
 	if err := r.sums.fill(ctx, files, r.o.Parallelism); err != nil {
-		return UploadStats{}, err
+		return ckpt.UploadStats{}, err
 	}
 	if ok, err := r.exists(ctx, manifestKey(kind, id)); err != nil {
-		return UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: %w", kind, id, err)
+		return ckpt.UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: %w", kind, id, err)
 	} else if ok {
-		return UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: %w", kind, id, ErrExists)
+		return ckpt.UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: %w", kind, id, ckpt.ErrExists)
 	}
 	base := dirKey(kind, id)
 	m := manifest{Version: manifestVersion, Kind: kind.String(), ID: id, CreatedMs: began.UnixMilli(), Dirs: dirs}
-	st := UploadStats{Files: len(files)}
+	st := ckpt.UploadStats{Files: len(files)}
 	var jobs []putJob
 	p := &pending{kind: kind, id: id}
 
@@ -221,7 +223,7 @@ func (r *Remote) upload(ctx context.Context, localDir string, id int64, kind Kin
 	r.mu.Lock()
 	if err := r.seed(ctx); err != nil {
 		r.mu.Unlock()
-		return UploadStats{}, err
+		return ckpt.UploadStats{}, err
 	}
 	r.pmu.Lock()
 	queued := map[string]bool{}
@@ -258,10 +260,10 @@ func (r *Remote) upload(ctx context.Context, localDir string, id int64, kind Kin
 	// references before any of it is stored.
 	intent, err := json.Marshal(intentDoc{Shared: p.shared})
 	if err != nil {
-		return UploadStats{}, fmt.Errorf("ckptstore: encode intent: %w", err)
+		return ckpt.UploadStats{}, fmt.Errorf("ckptstore: encode intent: %w", err)
 	}
 	if err := r.putBytes(ctx, base+"intent.json", intent); err != nil {
-		return UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: %w", kind, id, err)
+		return ckpt.UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: %w", kind, id, err)
 	}
 	err = parallel(ctx, len(jobs), r.o.Parallelism, func(ctx context.Context, i int) error {
 		j := jobs[i]
@@ -276,14 +278,14 @@ func (r *Remote) upload(ctx context.Context, localDir string, id int64, kind Kin
 		return nil
 	})
 	if err != nil {
-		return UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: %w", kind, id, err)
+		return ckpt.UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: %w", kind, id, err)
 	}
 	b, err := json.MarshalIndent(m, "", " ")
 	if err != nil {
-		return UploadStats{}, fmt.Errorf("ckptstore: encode manifest: %w", err)
+		return ckpt.UploadStats{}, fmt.Errorf("ckptstore: encode manifest: %w", err)
 	}
 	if err := r.putBytes(ctx, manifestKey(kind, id), b); err != nil {
-		return UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: manifest: %w", kind, id, err)
+		return ckpt.UploadStats{}, fmt.Errorf("ckptstore: upload %s %d: manifest: %w", kind, id, err)
 	}
 	r.cacheManifest(manifestKey(kind, id), &m)
 	st.Duration = r.o.Now().Sub(began)
@@ -301,12 +303,12 @@ func (r *Remote) seed(ctx context.Context) error {
 	if r.seeded {
 		return nil
 	}
-	ids, err := r.listIDs(ctx, Checkpoint)
+	ids, err := r.listIDs(ctx, ckpt.Checkpoint)
 	if err != nil {
 		return err
 	}
 	if len(ids) > 0 {
-		m, err := r.manifest(ctx, Checkpoint, ids[len(ids)-1])
+		m, err := r.manifest(ctx, ckpt.Checkpoint, ids[len(ids)-1])
 		if err != nil {
 			return err
 		}
@@ -443,8 +445,8 @@ func (r *Remote) deleteKey(ctx context.Context, key string) error {
 }
 
 // listIDs returns the ids of kind that have a manifest, ascending.
-func (r *Remote) listIDs(ctx context.Context, kind Kind) ([]int64, error) {
-	pfx := "manifests/" + kind.prefix()
+func (r *Remote) listIDs(ctx context.Context, kind ckpt.Kind) ([]int64, error) {
+	pfx := "manifests/" + kind.Prefix()
 	objs, err := r.list(ctx, pfx)
 	if err != nil {
 		return nil, err
@@ -470,7 +472,7 @@ func (r *Remote) cacheManifest(key string, m *manifest) {
 }
 
 // manifest reads (or recalls) the manifest of a complete id.
-func (r *Remote) manifest(ctx context.Context, kind Kind, id int64) (*manifest, error) {
+func (r *Remote) manifest(ctx context.Context, kind ckpt.Kind, id int64) (*manifest, error) {
 	key := manifestKey(kind, id)
 	r.cmu.Lock()
 	m := r.manifests[key]
@@ -480,7 +482,7 @@ func (r *Remote) manifest(ctx context.Context, kind Kind, id int64) (*manifest, 
 	}
 	b, err := r.getBytes(ctx, key)
 	if errors.Is(err, errNoKey) {
-		return nil, fmt.Errorf("ckptstore: %s %d: %w", kind, id, ErrNotFound)
+		return nil, fmt.Errorf("ckptstore: %s %d: %w", kind, id, ckpt.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ckptstore: %s %d: %w", kind, id, err)
@@ -492,15 +494,15 @@ func (r *Remote) manifest(ctx context.Context, kind Kind, id int64) (*manifest, 
 	return m, nil
 }
 
-func (r *Remote) forgetManifest(kind Kind, id int64) {
+func (r *Remote) forgetManifest(kind ckpt.Kind, id int64) {
 	r.cmu.Lock()
 	delete(r.manifests, manifestKey(kind, id))
 	r.cmu.Unlock()
 }
 
 // List implements Store.
-func (r *Remote) List(ctx context.Context, kind Kind) ([]int64, error) {
-	if err := kind.valid(); err != nil {
+func (r *Remote) List(ctx context.Context, kind ckpt.Kind) ([]int64, error) {
+	if err := kind.Valid(); err != nil {
 		return nil, err
 	}
 	ids, err := r.listIDs(ctx, kind)
@@ -511,22 +513,22 @@ func (r *Remote) List(ctx context.Context, kind Kind) ([]int64, error) {
 }
 
 // Latest implements Store.
-func (r *Remote) Latest(ctx context.Context, kind Kind) (int64, bool, error) {
+func (r *Remote) Latest(ctx context.Context, kind ckpt.Kind) (int64, bool, error) {
 	return latest(r.List(ctx, kind))
 }
 
 // Download implements Store.
-func (r *Remote) Download(ctx context.Context, id int64, kind Kind, localDir string) error {
+func (r *Remote) Download(ctx context.Context, id int64, kind ckpt.Kind, localDir string) error {
 	return r.m.fail("download", r.download(ctx, id, kind, localDir))
 }
 
 // ReadFile implements Store.
-func (r *Remote) ReadFile(ctx context.Context, id int64, kind Kind, path string) ([]byte, error) {
+func (r *Remote) ReadFile(ctx context.Context, id int64, kind ckpt.Kind, path string) ([]byte, error) {
 	b, err := r.readFile(ctx, id, kind, path)
 	return b, r.m.fail("read", err)
 }
 
-func (r *Remote) readFile(ctx context.Context, id int64, kind Kind, path string) ([]byte, error) {
+func (r *Remote) readFile(ctx context.Context, id int64, kind ckpt.Kind, path string) ([]byte, error) {
 	if err := checkID(id, kind); err != nil {
 		return nil, err
 	}
@@ -537,13 +539,13 @@ func (r *Remote) readFile(ctx context.Context, id int64, kind Kind, path string)
 	return readEntry(m, kind, id, path, func(f fileEntry) ([]byte, error) {
 		data, err := r.getBytes(ctx, f.Key)
 		if errors.Is(err, errNoKey) {
-			return nil, fmt.Errorf("%s: object %s is missing: %w", f.Path, f.Key, ErrCorrupt)
+			return nil, fmt.Errorf("%s: object %s is missing: %w", f.Path, f.Key, ckpt.ErrCorrupt)
 		}
 		return data, err
 	})
 }
 
-func (r *Remote) download(ctx context.Context, id int64, kind Kind, localDir string) error {
+func (r *Remote) download(ctx context.Context, id int64, kind ckpt.Kind, localDir string) error {
 	if err := checkID(id, kind); err != nil {
 		return err
 	}
@@ -588,7 +590,7 @@ func (r *Remote) getFile(ctx context.Context, f fileEntry, dst string) error {
 	out, err := r.api.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(r.bucket), Key: r.full(f.Key)})
 	if err != nil {
 		if isMissing(err) {
-			return fmt.Errorf("%s: object %s is missing: %w", f.Path, f.Key, ErrCorrupt)
+			return fmt.Errorf("%s: object %s is missing: %w", f.Path, f.Key, ckpt.ErrCorrupt)
 		}
 		return fmt.Errorf("get %s: %w", f.Key, err)
 	}
@@ -610,27 +612,27 @@ func (r *Remote) getFile(ctx context.Context, f fileEntry, dst string) error {
 		return err
 	}
 	if hw.n != f.Size {
-		return fmt.Errorf("%s: got %d bytes, manifest says %d: %w", f.Path, hw.n, f.Size, ErrCorrupt)
+		return fmt.Errorf("%s: got %d bytes, manifest says %d: %w", f.Path, hw.n, f.Size, ckpt.ErrCorrupt)
 	}
 	if s := hw.sum(); s != f.SHA256 {
-		return fmt.Errorf("%s: checksum %s, manifest says %s: %w", f.Path, s, f.SHA256, ErrCorrupt)
+		return fmt.Errorf("%s: checksum %s, manifest says %s: %w", f.Path, s, f.SHA256, ckpt.ErrCorrupt)
 	}
 	return nil
 }
 
 // Delete implements Store: the manifest first, then the id's own objects.
-func (r *Remote) Delete(ctx context.Context, id int64, kind Kind) error {
+func (r *Remote) Delete(ctx context.Context, id int64, kind ckpt.Kind) error {
 	if err := checkID(id, kind); err != nil {
 		return err
 	}
 	found, err := r.deleteID(ctx, kind, id)
 	if err == nil && !found {
-		err = fmt.Errorf("ckptstore: delete %s %d: %w", kind, id, ErrNotFound)
+		err = fmt.Errorf("ckptstore: delete %s %d: %w", kind, id, ckpt.ErrNotFound)
 	}
 	return r.m.fail("delete", err)
 }
 
-func (r *Remote) deleteID(ctx context.Context, kind Kind, id int64) (bool, error) {
+func (r *Remote) deleteID(ctx context.Context, kind ckpt.Kind, id int64) (bool, error) {
 	had, err := r.exists(ctx, manifestKey(kind, id))
 	if err != nil {
 		return false, fmt.Errorf("ckptstore: delete %s %d: %w", kind, id, err)
@@ -663,7 +665,7 @@ func (r *Remote) deleteID(ctx context.Context, kind Kind, id int64) (bool, error
 // while Prune runs) and of every partial upload that may still be running
 // (else remove it); finally delete the shared files nothing collected
 // references, and forget them as present.
-func (r *Remote) Prune(ctx context.Context, keep int) (PruneStats, error) {
+func (r *Remote) Prune(ctx context.Context, keep int) (ckpt.PruneStats, error) {
 	st, err := r.prune(ctx, keep)
 	if err != nil {
 		return st, r.m.fail("prune", fmt.Errorf("ckptstore: prune: %w", err))
@@ -671,15 +673,15 @@ func (r *Remote) Prune(ctx context.Context, keep int) (PruneStats, error) {
 	return st, nil
 }
 
-func (r *Remote) prune(ctx context.Context, keep int) (PruneStats, error) {
-	var st PruneStats
+func (r *Remote) prune(ctx context.Context, keep int) (ckpt.PruneStats, error) {
+	var st ckpt.PruneStats
 	if keep < 1 {
 		return st, fmt.Errorf("keep %d: want at least 1", keep)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	refs := map[string]bool{}
-	running := map[Kind]map[int64]bool{Checkpoint: {}, Savepoint: {}}
+	running := map[ckpt.Kind]map[int64]bool{ckpt.Checkpoint: {}, ckpt.Savepoint: {}}
 	r.pmu.Lock()
 	for p := range r.inflight {
 		running[p.kind][p.id] = true
@@ -689,19 +691,19 @@ func (r *Remote) prune(ctx context.Context, keep int) (PruneStats, error) {
 	}
 	r.pmu.Unlock()
 
-	ids, err := r.listIDs(ctx, Checkpoint)
+	ids, err := r.listIDs(ctx, ckpt.Checkpoint)
 	if err != nil {
 		return st, err
 	}
 	for len(ids) > keep {
-		if _, err := r.deleteID(ctx, Checkpoint, ids[0]); err != nil {
+		if _, err := r.deleteID(ctx, ckpt.Checkpoint, ids[0]); err != nil {
 			return st, err
 		}
 		st.Checkpoints++
 		ids = ids[1:]
 	}
 	now := r.o.Now()
-	for _, kind := range []Kind{Checkpoint, Savepoint} {
+	for _, kind := range []ckpt.Kind{ckpt.Checkpoint, ckpt.Savepoint} {
 		objs, err := r.list(ctx, kindDirKey(kind))
 		if err != nil {
 			return st, err
@@ -726,8 +728,8 @@ func (r *Remote) prune(ctx context.Context, keep int) (PruneStats, error) {
 		partial := map[int64][]object{}
 		for _, o := range objs {
 			name, _, _ := strings.Cut(strings.TrimPrefix(o.key, kindDirKey(kind)), "/")
-			id, err := strconv.ParseInt(strings.TrimPrefix(name, kind.prefix()), 10, 64)
-			if err != nil || !strings.HasPrefix(name, kind.prefix()) || slices.Contains(complete, id) {
+			id, err := strconv.ParseInt(strings.TrimPrefix(name, kind.Prefix()), 10, 64)
+			if err != nil || !strings.HasPrefix(name, kind.Prefix()) || slices.Contains(complete, id) {
 				continue
 			}
 			partial[id] = append(partial[id], o)

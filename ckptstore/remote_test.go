@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/adclick/adclick/ckptstore/ckpt"
 )
 
 func newFakeEnv(t *testing.T) (*remoteEnv, *fakeS3) {
@@ -52,8 +54,8 @@ func TestRemoteBasics(t *testing.T) {
 func TestRemoteLayout(t *testing.T) {
 	e, f := newFakeEnv(t)
 	tree := writeTree(t, map[string]string{"state/000004.sst": "t", "state/CURRENT": "c", "meta.json": "{}"})
-	mustUpload(t, e.r, tree, 42, Checkpoint)
-	mustUpload(t, e.r, tree, 42, Savepoint)
+	mustUpload(t, e.r, tree, 42, ckpt.Checkpoint)
+	mustUpload(t, e.r, tree, 42, ckpt.Savepoint)
 	if err := e.r.SetHigh(context.Background(), 43); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,7 @@ func TestRemoteLayout(t *testing.T) {
 	if got := f.keys(""); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("keys:\ngot  %v\nwant %v", got, want)
 	}
-	if got, want := e.r.Location(42, Savepoint), "s3://bkt/jobs/blue/manifests/sp-000000000042.json"; got != want {
+	if got, want := e.r.Location(42, ckpt.Savepoint), "s3://bkt/jobs/blue/manifests/sp-000000000042.json"; got != want {
 		t.Errorf("location: got %s, want %s", got, want)
 	}
 	// The manifest is the last object written.
@@ -92,10 +94,10 @@ func TestRemoteMetrics(t *testing.T) {
 	}
 	t1 := writeTree(t, map[string]string{"1.sst": "aaaa", "m": "xy"})
 	t2 := writeTree(t, map[string]string{"1.sst": "aaaa", "2.sst": "bbbbbbb", "m": "xyz"})
-	mustUpload(t, r, t1, 1, Checkpoint)
-	mustUpload(t, r, t2, 2, Checkpoint)
+	mustUpload(t, r, t1, 1, ckpt.Checkpoint)
+	mustUpload(t, r, t2, 2, ckpt.Checkpoint)
 	api.setOnPut(func(string) error { return errors.New("down") })
-	if _, err := r.Upload(context.Background(), t2, 3, Checkpoint); err == nil {
+	if _, err := r.Upload(context.Background(), t2, 3, ckpt.Checkpoint); err == nil {
 		t.Fatal("upload with failing puts: got nil error")
 	}
 	for _, tc := range []struct {
@@ -155,11 +157,11 @@ func TestDecodeManifestRejects(t *testing.T) {
 		{"negative size", `{"version":1,"kind":"checkpoint","id":7,"files":[{"path":"x","size":-1}]}`},
 		{"bad dir", `{"version":1,"kind":"checkpoint","id":7,"dirs":["a/../.."],"files":[]}`},
 	} {
-		if _, err := decodeManifest([]byte(tc.doc), 7, Checkpoint); !errors.Is(err, ErrCorrupt) {
+		if _, err := decodeManifest([]byte(tc.doc), 7, ckpt.Checkpoint); !errors.Is(err, ckpt.ErrCorrupt) {
 			t.Errorf("%s: got %v, want ErrCorrupt", tc.name, err)
 		}
 	}
-	if _, err := decodeManifest([]byte(`{"version":1,"kind":"checkpoint","id":7,"dirs":["state"],"files":[{"path":"state/x","size":1}]}`), 7, Checkpoint); err != nil {
+	if _, err := decodeManifest([]byte(`{"version":1,"kind":"checkpoint","id":7,"dirs":["state"],"files":[{"path":"state/x","size":1}]}`), 7, ckpt.Checkpoint); err != nil {
 		t.Errorf("valid manifest: got %v", err)
 	}
 }

@@ -10,12 +10,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/adclick/adclick/ckptstore/ckpt"
 )
 
 // The scenarios below run against the in-memory fake (remote_test.go) and
 // against a local S3-compatible server (integration_test.go).
 
-func mustUpload(t testing.TB, s Store, dir string, id int64, kind Kind) UploadStats {
+func mustUpload(t testing.TB, s ckpt.Store, dir string, id int64, kind ckpt.Kind) ckpt.UploadStats {
 	t.Helper()
 	st, err := s.Upload(context.Background(), dir, id, kind)
 	if err != nil {
@@ -24,7 +26,7 @@ func mustUpload(t testing.TB, s Store, dir string, id int64, kind Kind) UploadSt
 	return st
 }
 
-func mustDownload(t testing.TB, s Store, id int64, kind Kind) string {
+func mustDownload(t testing.TB, s ckpt.Store, id int64, kind ckpt.Kind) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "restored", "here")
 	if err := s.Download(context.Background(), id, kind, dst); err != nil {
@@ -33,7 +35,7 @@ func mustDownload(t testing.TB, s Store, id int64, kind Kind) string {
 	return dst
 }
 
-func wantIDs(t testing.TB, s Store, kind Kind, want ...int64) {
+func wantIDs(t testing.TB, s ckpt.Store, kind ckpt.Kind, want ...int64) {
 	t.Helper()
 	got, err := s.List(context.Background(), kind)
 	if err != nil {
@@ -57,13 +59,13 @@ func wantIDs(t testing.TB, s Store, kind Kind, want ...int64) {
 
 // scenarioIncremental: a second checkpoint that shares most tables with the
 // first uploads only its new tables and the small files.
-func scenarioIncremental(t *testing.T, e *remoteEnv) (first, second UploadStats) {
+func scenarioIncremental(t *testing.T, e *remoteEnv) (first, second ckpt.UploadStats) {
 	src := newPebbleSrc(t)
 	for range 8 {
 		src.batch(100)
 	}
 	c1 := src.checkpoint(1)
-	first = mustUpload(t, e.r, c1, 1, Checkpoint)
+	first = mustUpload(t, e.r, c1, 1, ckpt.Checkpoint)
 	wantBytes, tables, _ := newBytes(t, c1, "")
 	if first.BytesUploaded != wantBytes || first.BytesReused != 0 || first.FilesReused != 0 {
 		t.Errorf("first upload: got %d bytes uploaded, %d reused (%d files), want %d and 0", first.BytesUploaded,
@@ -82,7 +84,7 @@ func scenarioIncremental(t *testing.T, e *remoteEnv) (first, second UploadStats)
 		}
 		return nil
 	})
-	second = mustUpload(t, e.r, c2, 2, Checkpoint)
+	second = mustUpload(t, e.r, c2, 2, ckpt.Checkpoint)
 	e.api.setOnPut(nil)
 	wantBytes, tables, reused := newBytes(t, c2, c1)
 	if second.BytesUploaded != wantBytes {
@@ -97,8 +99,8 @@ func scenarioIncremental(t *testing.T, e *remoteEnv) (first, second UploadStats)
 	if second.BytesUploaded*2 > first.BytesUploaded {
 		t.Errorf("second upload: %d bytes, want well under half the first's %d", second.BytesUploaded, first.BytesUploaded)
 	}
-	wantIDs(t, e.r, Checkpoint, 1, 2)
-	got := mustDownload(t, e.r, 2, Checkpoint)
+	wantIDs(t, e.r, ckpt.Checkpoint, 1, 2)
+	got := mustDownload(t, e.r, 2, ckpt.Checkpoint)
 	sameTree(t, got, c2)
 	checkPebble(t, got, src.want)
 	t.Logf("first checkpoint: %d bytes uploaded; second: %d uploaded, %d reused (%d of %d tables reused)",
@@ -113,7 +115,7 @@ func scenarioManifestLast(t *testing.T, e *remoteEnv) {
 	src := newPebbleSrc(t)
 	src.batch(100)
 	c1 := src.checkpoint(1)
-	mustUpload(t, e.r, c1, 1, Checkpoint)
+	mustUpload(t, e.r, c1, 1, ckpt.Checkpoint)
 	want1 := maps(src.want)
 
 	src.batch(100)
@@ -127,7 +129,7 @@ func scenarioManifestLast(t *testing.T, e *remoteEnv) {
 		}
 		return nil
 	})
-	if _, err := e.r.Upload(ctx, c2, 2, Checkpoint); !errors.Is(err, boom) {
+	if _, err := e.r.Upload(ctx, c2, 2, ckpt.Checkpoint); !errors.Is(err, boom) {
 		t.Fatalf("interrupted upload: got %v, want the injected failure", err)
 	}
 	if len(e.keys(t, "checkpoints/ckpt-000000000002/")) == 0 {
@@ -142,24 +144,24 @@ func scenarioManifestLast(t *testing.T, e *remoteEnv) {
 		}
 		return nil
 	})
-	if _, err := e.r.Upload(ctx, c3, 3, Checkpoint); !errors.Is(err, boom) {
+	if _, err := e.r.Upload(ctx, c3, 3, ckpt.Checkpoint); !errors.Is(err, boom) {
 		t.Fatalf("upload without manifest: got %v, want the injected failure", err)
 	}
 	e.api.setOnPut(nil)
-	wantIDs(t, e.r, Checkpoint, 1)
+	wantIDs(t, e.r, ckpt.Checkpoint, 1)
 	for _, id := range []int64{2, 3} {
-		err := e.r.Download(ctx, id, Checkpoint, filepath.Join(t.TempDir(), "x"))
-		if !errors.Is(err, ErrNotFound) {
+		err := e.r.Download(ctx, id, ckpt.Checkpoint, filepath.Join(t.TempDir(), "x"))
+		if !errors.Is(err, ckpt.ErrNotFound) {
 			t.Fatalf("download of partial checkpoint %d: got %v, want ErrNotFound", id, err)
 		}
 	}
-	checkPebble(t, mustDownload(t, e.r, 1, Checkpoint), want1)
+	checkPebble(t, mustDownload(t, e.r, 1, ckpt.Checkpoint), want1)
 
 	src.batch(100)
 	c4 := src.checkpoint(4)
-	mustUpload(t, e.r, c4, 4, Checkpoint)
-	wantIDs(t, e.r, Checkpoint, 1, 4)
-	got := mustDownload(t, e.r, 4, Checkpoint)
+	mustUpload(t, e.r, c4, 4, ckpt.Checkpoint)
+	wantIDs(t, e.r, ckpt.Checkpoint, 1, 4)
+	got := mustDownload(t, e.r, 4, ckpt.Checkpoint)
 	sameTree(t, got, c4)
 	checkPebble(t, got, src.want)
 
@@ -181,8 +183,8 @@ func scenarioManifestLast(t *testing.T, e *remoteEnv) {
 			t.Errorf("partial checkpoint %s after prune: got keys %v, want none", id, ks)
 		}
 	}
-	checkPebble(t, mustDownload(t, e.r, 4, Checkpoint), src.want)
-	checkPebble(t, mustDownload(t, e.r, 1, Checkpoint), want1)
+	checkPebble(t, mustDownload(t, e.r, 4, ckpt.Checkpoint), src.want)
+	checkPebble(t, mustDownload(t, e.r, 1, ckpt.Checkpoint), want1)
 }
 
 func maps(m map[string]string) map[string]string {
@@ -201,32 +203,32 @@ func scenarioPrune(t *testing.T, e *remoteEnv) {
 	for range 3 {
 		src.batch(100)
 	}
-	mustUpload(t, e.r, src.checkpoint(1), 1, Checkpoint)
+	mustUpload(t, e.r, src.checkpoint(1), 1, ckpt.Checkpoint)
 	src.batch(100)
 	c2 := src.checkpoint(2)
 	want2 := maps(src.want)
-	mustUpload(t, e.r, c2, 2, Checkpoint)
-	sp := mustUpload(t, e.r, c2, 2, Savepoint)
+	mustUpload(t, e.r, c2, 2, ckpt.Checkpoint)
+	sp := mustUpload(t, e.r, c2, 2, ckpt.Savepoint)
 	_, tables, _ := newBytes(t, c2, "")
 	if sp.FilesReused != tables {
 		t.Errorf("savepoint of a stored checkpoint: got %d tables reused, want all %d", sp.FilesReused, tables)
 	}
 	src.compact()
-	mustUpload(t, e.r, src.checkpoint(3), 3, Checkpoint)
+	mustUpload(t, e.r, src.checkpoint(3), 3, ckpt.Checkpoint)
 	src.batch(100)
 	src.compact()
 	c4 := src.checkpoint(4)
-	mustUpload(t, e.r, c4, 4, Checkpoint)
+	mustUpload(t, e.r, c4, 4, ckpt.Checkpoint)
 	src.batch(100)
 	c5 := src.checkpoint(5)
-	mustUpload(t, e.r, c5, 5, Checkpoint)
+	mustUpload(t, e.r, c5, 5, ckpt.Checkpoint)
 
 	before := e.keys(t, "shared/")
 	keep := map[string]bool{}
 	for _, ref := range []struct {
-		kind Kind
+		kind ckpt.Kind
 		id   int64
-	}{{Checkpoint, 4}, {Checkpoint, 5}, {Savepoint, 2}} {
+	}{{ckpt.Checkpoint, 4}, {ckpt.Checkpoint, 5}, {ckpt.Savepoint, 2}} {
 		for _, k := range e.sharedOf(t, ref.kind, ref.id) {
 			keep[k] = true
 		}
@@ -247,8 +249,8 @@ func scenarioPrune(t *testing.T, e *remoteEnv) {
 	if st.Checkpoints != 3 || st.Shared != wantGone {
 		t.Errorf("prune: got %d checkpoints and %d shared files removed, want 3 and %d", st.Checkpoints, st.Shared, wantGone)
 	}
-	wantIDs(t, e.r, Checkpoint, 4, 5)
-	wantIDs(t, e.r, Savepoint, 2)
+	wantIDs(t, e.r, ckpt.Checkpoint, 4, 5)
+	wantIDs(t, e.r, ckpt.Savepoint, 2)
 	after := e.keys(t, "shared/")
 	var wantAfter []string
 	for k := range keep {
@@ -259,21 +261,21 @@ func scenarioPrune(t *testing.T, e *remoteEnv) {
 		t.Errorf("shared files after prune: got %d %v, want the %d referenced by checkpoints 4, 5 and savepoint 2", len(after), after, len(wantAfter))
 	}
 	for _, id := range []int64{1, 2, 3} {
-		if ks := e.keys(t, "checkpoints/"+Checkpoint.name(id)+"/"); len(ks) != 0 {
+		if ks := e.keys(t, "checkpoints/"+ckpt.Checkpoint.Name(id)+"/"); len(ks) != 0 {
 			t.Errorf("pruned checkpoint %d: keys %v remain", id, ks)
 		}
 	}
-	got := mustDownload(t, e.r, 2, Savepoint)
+	got := mustDownload(t, e.r, 2, ckpt.Savepoint)
 	sameTree(t, got, c2)
 	checkPebble(t, got, want2)
-	sameTree(t, mustDownload(t, e.r, 4, Checkpoint), c4)
-	checkPebble(t, mustDownload(t, e.r, 5, Checkpoint), src.want)
+	sameTree(t, mustDownload(t, e.r, 4, ckpt.Checkpoint), c4)
+	checkPebble(t, mustDownload(t, e.r, 5, ckpt.Checkpoint), src.want)
 
 	// Uploads go on after the prune.
 	src.batch(100)
 	c6 := src.checkpoint(6)
-	mustUpload(t, e.r, c6, 6, Checkpoint)
-	checkPebble(t, mustDownload(t, e.r, 6, Checkpoint), src.want)
+	mustUpload(t, e.r, c6, 6, ckpt.Checkpoint)
+	checkPebble(t, mustDownload(t, e.r, 6, ckpt.Checkpoint), src.want)
 }
 
 // writeTree writes files (slash path → contents) under a new directory.
@@ -298,11 +300,11 @@ func writeTree(t testing.TB, files map[string]string) string {
 func scenarioPruneDuringUpload(t *testing.T, e *remoteEnv) {
 	ctx := context.Background()
 	a, b, c := strings.Repeat("a", 3000), strings.Repeat("b", 2000), strings.Repeat("c", 1000)
-	mustUpload(t, e.r, writeTree(t, map[string]string{"state/1.sst": a, "state/2.sst": b, "meta.json": "1"}), 1, Checkpoint)
-	mustUpload(t, e.r, writeTree(t, map[string]string{"state/2.sst": b, "meta.json": "2"}), 2, Checkpoint)
+	mustUpload(t, e.r, writeTree(t, map[string]string{"state/1.sst": a, "state/2.sst": b, "meta.json": "1"}), 1, ckpt.Checkpoint)
+	mustUpload(t, e.r, writeTree(t, map[string]string{"state/2.sst": b, "meta.json": "2"}), 2, ckpt.Checkpoint)
 	t3 := writeTree(t, map[string]string{"state/1.sst": a, "state/3.sst": c, "meta.json": "3"})
 	var once atomic.Bool
-	var pst PruneStats
+	var pst ckpt.PruneStats
 	var perr error
 	e.api.setOnPut(func(key string) error {
 		if strings.Contains(key, "shared/") && once.CompareAndSwap(false, true) {
@@ -311,7 +313,7 @@ func scenarioPruneDuringUpload(t *testing.T, e *remoteEnv) {
 		}
 		return nil
 	})
-	st := mustUpload(t, e.r, t3, 3, Checkpoint)
+	st := mustUpload(t, e.r, t3, 3, ckpt.Checkpoint)
 	e.api.setOnPut(nil)
 	if !once.Load() || perr != nil || pst.Checkpoints != 1 {
 		t.Fatalf("prune during upload: ran %v, got %+v, %v; want checkpoint 1 removed", once.Load(), pst, perr)
@@ -319,7 +321,7 @@ func scenarioPruneDuringUpload(t *testing.T, e *remoteEnv) {
 	if st.FilesReused != 1 || st.BytesReused != 3000 {
 		t.Errorf("upload 3: got %d files, %d bytes reused; want table a (1 file, 3000 bytes)", st.FilesReused, st.BytesReused)
 	}
-	sameTree(t, mustDownload(t, e.r, 3, Checkpoint), t3)
+	sameTree(t, mustDownload(t, e.r, 3, ckpt.Checkpoint), t3)
 
 	// Now checkpoint 2 goes too; table b is referenced by nothing.
 	if st, err := e.r.Prune(ctx, 1); err != nil || st.Checkpoints != 1 || st.Shared != 1 || st.SharedBytes != 2000 {
@@ -327,11 +329,11 @@ func scenarioPruneDuringUpload(t *testing.T, e *remoteEnv) {
 	}
 	// A checkpoint holding b again must send it again.
 	t4 := writeTree(t, map[string]string{"state/1.sst": a, "state/2.sst": b, "meta.json": "4"})
-	st = mustUpload(t, e.r, t4, 4, Checkpoint)
+	st = mustUpload(t, e.r, t4, 4, ckpt.Checkpoint)
 	if st.FilesUploaded != 2 || st.BytesUploaded != 2001 {
 		t.Errorf("upload 4: got %d files, %d bytes uploaded; want table b and meta.json (2 files, 2001 bytes)", st.FilesUploaded, st.BytesUploaded)
 	}
-	sameTree(t, mustDownload(t, e.r, 4, Checkpoint), t4)
+	sameTree(t, mustDownload(t, e.r, 4, ckpt.Checkpoint), t4)
 }
 
 // scenarioRestoreEmpty: a new process (a new Remote) with an empty disk
@@ -343,15 +345,15 @@ func scenarioRestoreEmpty(t *testing.T, e, fresh *remoteEnv) {
 	for range 3 {
 		src.batch(150)
 	}
-	mustUpload(t, e.r, src.checkpoint(1), 1, Checkpoint)
+	mustUpload(t, e.r, src.checkpoint(1), 1, ckpt.Checkpoint)
 	src.batch(150)
 	c2 := src.checkpoint(2)
-	mustUpload(t, e.r, c2, 2, Checkpoint)
+	mustUpload(t, e.r, c2, 2, ckpt.Checkpoint)
 	if err := e.r.SetHigh(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
 
-	id, ok, err := fresh.r.Latest(ctx, Checkpoint)
+	id, ok, err := fresh.r.Latest(ctx, ckpt.Checkpoint)
 	if err != nil || !ok || id != 2 {
 		t.Fatalf("latest after restart: got %d, %v, %v; want 2", id, ok, err)
 	}
@@ -360,7 +362,7 @@ func scenarioRestoreEmpty(t *testing.T, e, fresh *remoteEnv) {
 	}
 	data := filepath.Join(t.TempDir(), "data")
 	dst := filepath.Join(data, "restore", "ckpt")
-	if err := fresh.r.Download(ctx, id, Checkpoint, dst); err != nil {
+	if err := fresh.r.Download(ctx, id, ckpt.Checkpoint, dst); err != nil {
 		t.Fatalf("download onto an empty folder: %v", err)
 	}
 	sameTree(t, dst, c2)
@@ -369,19 +371,19 @@ func scenarioRestoreEmpty(t *testing.T, e, fresh *remoteEnv) {
 	if err != nil || len(ents) != 1 {
 		t.Errorf("restore folder: got %d entries (%v), want only the checkpoint (no staging leftovers)", len(ents), err)
 	}
-	if err := fresh.r.Download(ctx, id, Checkpoint, dst); err == nil {
+	if err := fresh.r.Download(ctx, id, ckpt.Checkpoint, dst); err == nil {
 		t.Errorf("download onto a non-empty folder: got nil error, want a refusal")
 	}
 
 	src.batch(150)
 	c3 := src.checkpoint(3)
-	st := mustUpload(t, fresh.r, c3, 3, Checkpoint)
+	st := mustUpload(t, fresh.r, c3, 3, ckpt.Checkpoint)
 	wantBytes, _, reused := newBytes(t, c3, c2)
 	if st.BytesUploaded != wantBytes || st.FilesReused != reused {
 		t.Errorf("first upload after restore: got %d bytes uploaded, %d files reused; want %d and %d",
 			st.BytesUploaded, st.FilesReused, wantBytes, reused)
 	}
-	checkPebble(t, mustDownload(t, e.r, 3, Checkpoint), src.want)
+	checkPebble(t, mustDownload(t, e.r, 3, ckpt.Checkpoint), src.want)
 }
 
 // scenarioBasics: the high-water mark, ErrExists, ErrNotFound, Delete,
@@ -404,41 +406,41 @@ func scenarioBasics(t *testing.T, e *remoteEnv) {
 		t.Fatal(err)
 	}
 	for id := int64(1); id <= 3; id++ {
-		mustUpload(t, e.r, tree, id, Checkpoint)
+		mustUpload(t, e.r, tree, id, ckpt.Checkpoint)
 	}
-	if _, err := e.r.Upload(ctx, tree, 2, Checkpoint); !errors.Is(err, ErrExists) {
+	if _, err := e.r.Upload(ctx, tree, 2, ckpt.Checkpoint); !errors.Is(err, ckpt.ErrExists) {
 		t.Errorf("second upload of id 2: got %v, want ErrExists", err)
 	}
-	if err := e.r.Delete(ctx, 9, Checkpoint); !errors.Is(err, ErrNotFound) {
+	if err := e.r.Delete(ctx, 9, ckpt.Checkpoint); !errors.Is(err, ckpt.ErrNotFound) {
 		t.Errorf("delete of a missing id: got %v, want ErrNotFound", err)
 	}
-	if err := DropAfter(ctx, e.r, 1); err != nil {
+	if err := ckpt.DropAfter(ctx, e.r, 1); err != nil {
 		t.Fatal(err)
 	}
-	wantIDs(t, e.r, Checkpoint, 1)
-	mustUpload(t, e.r, tree, 2, Checkpoint) // ids after a savepoint start are reused
-	sameTree(t, mustDownload(t, e.r, 2, Checkpoint), tree)
+	wantIDs(t, e.r, ckpt.Checkpoint, 1)
+	mustUpload(t, e.r, tree, 2, ckpt.Checkpoint) // ids after a savepoint start are reused
+	sameTree(t, mustDownload(t, e.r, 2, ckpt.Checkpoint), tree)
 	for path, want := range map[string]string{"meta.json": "{}", "state/9.sst": "nine"} {
-		if b, err := e.r.ReadFile(ctx, 2, Checkpoint, path); err != nil || string(b) != want {
+		if b, err := e.r.ReadFile(ctx, 2, ckpt.Checkpoint, path); err != nil || string(b) != want {
 			t.Errorf("ReadFile(%s) = %q, %v; want %q", path, b, err, want)
 		}
 	}
-	if _, err := e.r.ReadFile(ctx, 2, Checkpoint, "absent.json"); !errors.Is(err, ErrNotFound) {
+	if _, err := e.r.ReadFile(ctx, 2, ckpt.Checkpoint, "absent.json"); !errors.Is(err, ckpt.ErrNotFound) {
 		t.Errorf("ReadFile of a file the checkpoint lacks: got %v, want ErrNotFound", err)
 	}
-	if _, err := e.r.ReadFile(ctx, 9, Checkpoint, "meta.json"); !errors.Is(err, ErrNotFound) {
+	if _, err := e.r.ReadFile(ctx, 9, ckpt.Checkpoint, "meta.json"); !errors.Is(err, ckpt.ErrNotFound) {
 		t.Errorf("ReadFile of a missing id: got %v, want ErrNotFound", err)
 	}
 
 	// Corrupt the shared table: a download fails and leaves nothing.
-	if err := e.r.putBytes(ctx, e.sharedOf(t, Checkpoint, 2)[0], []byte("nina")); err != nil {
+	if err := e.r.putBytes(ctx, e.sharedOf(t, ckpt.Checkpoint, 2)[0], []byte("nina")); err != nil {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "r")
-	if err := e.r.Download(ctx, 2, Checkpoint, dst); !errors.Is(err, ErrCorrupt) {
+	if err := e.r.Download(ctx, 2, ckpt.Checkpoint, dst); !errors.Is(err, ckpt.ErrCorrupt) {
 		t.Errorf("download of a corrupted checkpoint: got %v, want ErrCorrupt", err)
 	}
-	if _, err := e.r.ReadFile(ctx, 2, Checkpoint, "state/9.sst"); !errors.Is(err, ErrCorrupt) {
+	if _, err := e.r.ReadFile(ctx, 2, ckpt.Checkpoint, "state/9.sst"); !errors.Is(err, ckpt.ErrCorrupt) {
 		t.Errorf("ReadFile of a corrupted file: got %v, want ErrCorrupt", err)
 	}
 	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {

@@ -15,141 +15,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/adclick/adclick/ckptstore/ckpt"
 )
-
-// Kind says whether an id names a checkpoint (pruned by retention) or a
-// savepoint (kept until deleted explicitly). The two have separate id
-// spaces: savepoint 42 is usually a copy of checkpoint 42.
-type Kind uint8
-
-const (
-	// Checkpoint is a periodic checkpoint, subject to Prune.
-	Checkpoint Kind = iota + 1
-	// Savepoint is an operator's savepoint, never pruned.
-	Savepoint
-)
-
-// String returns "checkpoint" or "savepoint".
-func (k Kind) String() string {
-	switch k {
-	case Checkpoint:
-		return "checkpoint"
-	case Savepoint:
-		return "savepoint"
-	}
-	return "kind(" + strconv.Itoa(int(k)) + ")"
-}
-
-func (k Kind) valid() error {
-	if k != Checkpoint && k != Savepoint {
-		return fmt.Errorf("ckptstore: unknown kind %d", k)
-	}
-	return nil
-}
-
-// prefix returns "ckpt-" or "sp-".
-func (k Kind) prefix() string {
-	if k == Savepoint {
-		return "sp-"
-	}
-	return "ckpt-"
-}
-
-// name returns the directory (or object prefix) name of id: ckpt-<12 digits>
-// for checkpoints, as the runtime has always named them.
-func (k Kind) name(id int64) string {
-	return fmt.Sprintf("%s%012d", k.prefix(), id)
-}
-
-var (
-	// ErrNotFound is returned by Download and Delete for an id that has no
-	// complete checkpoint or savepoint.
-	ErrNotFound = errors.New("ckptstore: not found")
-	// ErrExists is returned by Upload when a complete checkpoint or
-	// savepoint with the same id exists already.
-	ErrExists = errors.New("ckptstore: already exists")
-	// ErrCorrupt is returned by Download when a file does not match the
-	// size or checksum its manifest records.
-	ErrCorrupt = errors.New("ckptstore: corrupt")
-)
-
-// Store keeps checkpoints, savepoints and the epoch high-water mark. Ids
-// are the runtime's checkpoint ids (≥ 0). Implementations are safe for
-// concurrent use.
-type Store interface {
-	// Upload stores the directory tree localDir (regular files and
-	// directories only) as checkpoint or savepoint id. The copy becomes
-	// visible to Latest, List and Download only once complete; a failed or
-	// interrupted upload is never restored. localDir is not modified.
-	Upload(ctx context.Context, localDir string, id int64, kind Kind) (UploadStats, error)
-	// Latest returns the newest complete id of kind, or ok false if none.
-	Latest(ctx context.Context, kind Kind) (id int64, ok bool, err error)
-	// List returns the complete ids of kind, ascending.
-	List(ctx context.Context, kind Kind) ([]int64, error)
-	// Download recreates the tree of a complete id in localDir, which must
-	// not exist or be an empty directory. Every file is checked against the
-	// size and SHA-256 recorded at upload; localDir appears only once all
-	// of them are in place.
-	Download(ctx context.Context, id int64, kind Kind, localDir string) error
-	// ReadFile returns one file of a complete id by its slash-separated
-	// path in the tree (for example "meta.json"), checked like Download's;
-	// ErrNotFound if the id is not complete or has no such file.
-	ReadFile(ctx context.Context, id int64, kind Kind, path string) ([]byte, error)
-	// Delete removes a complete or partial id (ErrNotFound if nothing is
-	// stored under it). Shared files are left to Prune.
-	Delete(ctx context.Context, id int64, kind Kind) error
-	// Prune keeps the newest keep (≥ 1) checkpoints and every savepoint,
-	// removes abandoned partial uploads and the shared files nothing kept
-	// references.
-	Prune(ctx context.Context, keep int) (PruneStats, error)
-	// SetHigh durably records that epochs up to e may have been written.
-	// It is called before any write tagged e can happen.
-	SetHigh(ctx context.Context, e int64) error
-	// High returns the last value given to SetHigh, or ok false if it was
-	// never called.
-	High(ctx context.Context) (e int64, ok bool, err error)
-	// Location describes where id is kept, for logs and operators: a
-	// directory (Local) or the s3:// URL of its manifest (Remote).
-	Location(id int64, kind Kind) string
-}
-
-// UploadStats describes one Upload. Reused files were already stored by an
-// earlier upload (Remote: shared table files; Local: hard links) and cost
-// no transfer.
-type UploadStats struct {
-	Files         int           // files in the tree
-	FilesUploaded int           // files transferred
-	FilesReused   int           // files referenced, not transferred
-	BytesUploaded int64         // bytes transferred (the manifest excluded)
-	BytesReused   int64         // bytes referenced, not transferred
-	Duration      time.Duration // wall time of the whole upload
-}
-
-// PruneStats describes one Prune.
-type PruneStats struct {
-	Checkpoints int   // complete checkpoints removed
-	Partial     int   // abandoned partial uploads removed
-	Shared      int   // shared files removed (Remote only)
-	SharedBytes int64 // their size
-}
-
-// DropAfter deletes the checkpoints with ids above id: a start from
-// savepoint id abandons them, and the new lineage reuses their ids.
-func DropAfter(ctx context.Context, s Store, id int64) error {
-	ids, err := s.List(ctx, Checkpoint)
-	if err != nil {
-		return err
-	}
-	for _, x := range ids {
-		if x > id {
-			if err := s.Delete(ctx, x, Checkpoint); err != nil && !errors.Is(err, ErrNotFound) {
-				return err
-			}
-		}
-	}
-	return nil
-}
 
 // manifest lists every file of a complete checkpoint or savepoint.
 type manifest struct {
@@ -173,10 +41,10 @@ func (m *manifest) file(path string) (fileEntry, bool) {
 
 // readEntry returns the file at path of manifest m (of kind and id),
 // fetched by fetch and checked against the entry.
-func readEntry(m *manifest, kind Kind, id int64, path string, fetch func(fileEntry) ([]byte, error)) ([]byte, error) {
+func readEntry(m *manifest, kind ckpt.Kind, id int64, path string, fetch func(fileEntry) ([]byte, error)) ([]byte, error) {
 	f, ok := m.file(path)
 	if !ok {
-		return nil, fmt.Errorf("ckptstore: read %s %d: %s: %w", kind, id, path, ErrNotFound)
+		return nil, fmt.Errorf("ckptstore: read %s %d: %s: %w", kind, id, path, ckpt.ErrNotFound)
 	}
 	data, err := fetch(f)
 	if err != nil {
@@ -196,11 +64,11 @@ func latest(ids []int64, err error) (int64, bool, error) {
 // check reports whether data has the size and SHA-256 the entry records.
 func (f fileEntry) check(data []byte) error {
 	if int64(len(data)) != f.Size {
-		return fmt.Errorf("ckptstore: %s: got %d bytes, manifest says %d: %w", f.Path, len(data), f.Size, ErrCorrupt)
+		return fmt.Errorf("ckptstore: %s: got %d bytes, manifest says %d: %w", f.Path, len(data), f.Size, ckpt.ErrCorrupt)
 	}
 	sum := sha256.Sum256(data)
 	if s := hex.EncodeToString(sum[:]); s != f.SHA256 {
-		return fmt.Errorf("ckptstore: %s: checksum %s, manifest says %s: %w", f.Path, s, f.SHA256, ErrCorrupt)
+		return fmt.Errorf("ckptstore: %s: checksum %s, manifest says %s: %w", f.Path, s, f.SHA256, ckpt.ErrCorrupt)
 	}
 	return nil
 }
@@ -215,22 +83,22 @@ type fileEntry struct {
 
 const manifestVersion = 1
 
-func decodeManifest(b []byte, id int64, kind Kind) (*manifest, error) {
+func decodeManifest(b []byte, id int64, kind ckpt.Kind) (*manifest, error) {
 	var m manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("ckptstore: %s %d: manifest: %w: %w", kind, id, ErrCorrupt, err)
+		return nil, fmt.Errorf("ckptstore: %s %d: manifest: %w: %w", kind, id, ckpt.ErrCorrupt, err)
 	}
 	if m.Version != manifestVersion || m.ID != id || m.Kind != kind.String() {
-		return nil, fmt.Errorf("ckptstore: %s %d: manifest is version %d of %s %d: %w", kind, id, m.Version, m.Kind, m.ID, ErrCorrupt)
+		return nil, fmt.Errorf("ckptstore: %s %d: manifest is version %d of %s %d: %w", kind, id, m.Version, m.Kind, m.ID, ckpt.ErrCorrupt)
 	}
 	for _, f := range append([]string(nil), m.Dirs...) {
 		if !safeRel(f) {
-			return nil, fmt.Errorf("ckptstore: %s %d: manifest holds unsafe path %q: %w", kind, id, f, ErrCorrupt)
+			return nil, fmt.Errorf("ckptstore: %s %d: manifest holds unsafe path %q: %w", kind, id, f, ckpt.ErrCorrupt)
 		}
 	}
 	for _, f := range m.Files {
 		if !safeRel(f.Path) || f.Size < 0 {
-			return nil, fmt.Errorf("ckptstore: %s %d: manifest holds bad entry %q: %w", kind, id, f.Path, ErrCorrupt)
+			return nil, fmt.Errorf("ckptstore: %s %d: manifest holds bad entry %q: %w", kind, id, f.Path, ckpt.ErrCorrupt)
 		}
 	}
 	return &m, nil

@@ -28,8 +28,8 @@
 //	…
 //	stop Run; l.Release(ctx)                // after the last write, on a clean stop
 //
-// FenceRows and FenceTotals wrap the sinks so that every write is checked
-// and guarded.
+// A *Lease is a fence.Fence: package fence wraps the sinks, the lake and
+// the checkpoint store with it, so that every write is checked and guarded.
 //
 // # Why it is safe
 //

@@ -6,7 +6,7 @@
 // Every click the job reads is written to the lake with its verdict
 // (latepath.Record plus the event hour and the checkpoint epoch), as Parquet
 // objects in a Store: a folder in embedded mode (NewFolder), S3 in AWS mode
-// (NewS3). Objects are partitioned by event-time hour (UTC), hive style:
+// (package s3lake). Objects are partitioned by event-time hour (UTC), hive style:
 //
 //	hour=2026-11-29T10/part-preagg-3-e000000000042.parquet
 //

@@ -18,7 +18,7 @@ type memStore struct {
 func newMemStore() *memStore { return &memStore{objs: map[string][]byte{}} }
 
 func (m *memStore) Put(_ context.Context, key string, data []byte) error {
-	if err := validKey(key); err != nil {
+	if err := ValidKey(key); err != nil {
 		return err
 	}
 	m.mu.Lock()

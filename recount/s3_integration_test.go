@@ -1,6 +1,6 @@
 //go:build integration
 
-package recount
+package recount_test
 
 import (
 	"context"
@@ -16,13 +16,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/adclick/adclick/internal/testenv"
+	"github.com/adclick/adclick/recount"
+	"github.com/adclick/adclick/recount/s3lake"
 	"github.com/adclick/adclick/sink/sinktest"
 )
 
 var bucketSeq atomic.Int64
 
 // s3Store returns an S3 store in a new bucket of the local S3 server.
-func s3Store(t *testing.T) *S3 {
+func s3Store(t *testing.T) *s3lake.Store {
 	t.Helper()
 	endpoint := testenv.S3(t)
 	ctx := context.Background()
@@ -40,23 +42,23 @@ func s3Store(t *testing.T) *S3 {
 	if _, err := cli.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
 		t.Fatalf("create bucket: %v", err)
 	}
-	return NewS3(cli, bucket, "lake/"+strings.ToLower(t.Name()))
+	return s3lake.New(cli, bucket, "lake/"+strings.ToLower(t.Name()))
 }
 
-func TestS3StoreConformance(t *testing.T) { testStore(t, s3Store(t), false) }
+func TestS3StoreConformance(t *testing.T) { recount.TestStore(t, s3Store(t), false) }
 
 func TestS3LakeRecountAndRemoveEpochs(t *testing.T) {
 	ctx := context.Background()
 	st := s3Store(t)
-	lines := genLines(t, 6_000, 5, 4)
-	ref := reference(t, lines)
-	simulateStream(t, st, lines, 2000, 1)
+	lines := recount.GenLines(t, 6_000, 5, 4)
+	ref := recount.Reference(t, lines)
+	recount.SimulateStream(t, st, lines, 2000, 1)
 	rows := sinktest.NewMemRows()
-	if _, err := Run(ctx, Options{Store: st, Rows: rows, Hours: refHours(t, ref), Gen: 1, Watermark: forever}); err != nil {
+	if _, err := recount.Run(ctx, recount.Options{Store: st, Rows: rows, Hours: recount.RefHours(t, ref), Gen: 1, Watermark: recount.Forever}); err != nil {
 		t.Fatal(err)
 	}
-	compareFinals(t, finals(t, rows), ref)
-	n, err := RemoveEpochs(ctx, st, 2)
+	recount.CompareFinals(t, recount.Finals(t, rows), ref)
+	n, err := recount.RemoveEpochs(ctx, st, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,10 +67,10 @@ func TestS3LakeRecountAndRemoveEpochs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range left {
-		if e, ok := objectEpoch(k); ok && e >= 2 {
+		if e, ok := recount.ObjectEpoch(k); ok && e >= 2 {
 			t.Errorf("object %s of epoch %d left after RemoveEpochs(2)", k, e)
 		}
-		if e, ok := manifestEpoch(k); ok && e >= 2 {
+		if e, ok := recount.ManifestEpoch(k); ok && e >= 2 {
 			t.Errorf("manifest %s of epoch %d left after RemoveEpochs(2)", k, e)
 		}
 	}

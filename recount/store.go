@@ -35,8 +35,8 @@ type Store interface {
 	Delete(ctx context.Context, key string) error
 }
 
-// validKey reports whether key is a safe relative object key.
-func validKey(key string) error {
+// ValidKey reports whether key is a safe relative object key.
+func ValidKey(key string) error {
 	if key == "" || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") {
 		return fmt.Errorf("recount: bad object key %q", key)
 	}
@@ -72,12 +72,24 @@ func NewFolder(dir string) (*Folder, error) {
 	return &Folder{dir: dir}, nil
 }
 
+// FolderOpener returns a function that opens the Folder at dir (NewFolder),
+// for runtime.Config.OpenLake: the job calls it once it holds its data dir.
+func FolderOpener(dir string) func() (Store, error) {
+	return func() (Store, error) {
+		f, err := NewFolder(dir)
+		if err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
+}
+
 // Dir returns the root directory.
 func (f *Folder) Dir() string { return f.dir }
 
 // Put writes the object key durably (write, fsync, rename).
 func (f *Folder) Put(ctx context.Context, key string, data []byte) error {
-	if err := validKey(key); err != nil {
+	if err := ValidKey(key); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -110,7 +122,7 @@ func (f *Folder) Put(ctx context.Context, key string, data []byte) error {
 
 // Get reads the object key.
 func (f *Folder) Get(ctx context.Context, key string) ([]byte, error) {
-	if err := validKey(key); err != nil {
+	if err := ValidKey(key); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -204,7 +216,7 @@ func (f *Folder) walk(ctx context.Context, dir, prefix, startAfter string, fn fu
 
 // Delete removes the object key and any directories it leaves empty.
 func (f *Folder) Delete(ctx context.Context, key string) error {
-	if err := validKey(key); err != nil {
+	if err := ValidKey(key); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

@@ -111,22 +111,6 @@ func TestFolderStore(t *testing.T) {
 
 func TestMemStoreConformance(t *testing.T) { testStore(t, newMemStore(), true) }
 
-func TestParseS3URL(t *testing.T) {
-	for _, tc := range []struct{ in, bucket, prefix string }{
-		{"s3://b/p/q/", "b", "p/q"}, {"s3://b", "b", ""}, {"s3://b/", "b", ""},
-	} {
-		b, p, err := ParseS3URL(tc.in)
-		if err != nil || b != tc.bucket || p != tc.prefix {
-			t.Errorf("ParseS3URL(%q) = %q, %q, %v; want %q, %q", tc.in, b, p, err, tc.bucket, tc.prefix)
-		}
-	}
-	for _, bad := range []string{"b/p", "http://b/p", "s3:///p"} {
-		if _, _, err := ParseS3URL(bad); err == nil {
-			t.Errorf("ParseS3URL(%q): got nil error", bad)
-		}
-	}
-}
-
 func TestParseHourAndKeys(t *testing.T) {
 	for _, s := range []string{"2026-11-29T10Z", "2026-11-29T10", "H2026-11-29T10Z"} {
 		h, err := ParseHour(s)

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/adclick/adclick/ckptstore"
+	"github.com/adclick/adclick/ckptstore/ckpt"
 )
 
 // Meta is the metadata of a completed checkpoint, stored next to its state
@@ -73,21 +73,21 @@ func (m Meta) Setting(key string) (v int64, ok bool) {
 }
 
 // checkpoints builds checkpoints in a local scratch folder and keeps them
-// in a ckptstore.Store: DataDir itself in embedded mode, S3 in AWS mode
+// in a ckpt.Store: DataDir itself in embedded mode, S3 in AWS mode
 // (where a container's disk does not survive a restart). The store also
 // holds the epoch high-water mark.
 type checkpoints struct {
-	store   ckptstore.Store
+	store   ckpt.Store
 	log     *slog.Logger
 	dataDir string
 	keep    int
 	prev    map[string]int64 // state files of the previous checkpoint: name → size
 }
 
-func newCheckpoints(dataDir string, store ckptstore.Store, keep int, log *slog.Logger) (*checkpoints, error) {
+func newCheckpoints(dataDir string, store ckpt.Store, open func() (ckpt.Store, error), keep int, log *slog.Logger) (*checkpoints, error) {
 	if store == nil {
 		var err error
-		if store, err = ckptstore.NewLocal(dataDir, ckptstore.Options{}); err != nil {
+		if store, err = open(); err != nil {
 			return nil, fmt.Errorf("runtime: checkpoint store: %w", err)
 		}
 	}
@@ -96,7 +96,7 @@ func newCheckpoints(dataDir string, store ckptstore.Store, keep int, log *slog.L
 
 // fetch downloads checkpoint (or savepoint) id into an empty local folder
 // and reads its metadata.
-func (c *checkpoints) fetch(ctx context.Context, id int64, kind ckptstore.Kind) (string, Meta, error) {
+func (c *checkpoints) fetch(ctx context.Context, id int64, kind ckpt.Kind) (string, Meta, error) {
 	dir := filepath.Join(c.dataDir, "restore", kind.String()+"-"+strconv.FormatInt(id, 10))
 	if err := os.RemoveAll(dir); err != nil {
 		return "", Meta{}, fmt.Errorf("runtime: restore dir: %w", err)
@@ -117,20 +117,20 @@ func (c *checkpoints) fetch(ctx context.Context, id int64, kind ckptstore.Kind) 
 // checkpoints exist but none verifies, the start is refused: starting from
 // empty state would count everything again.
 func (c *checkpoints) latest(ctx context.Context) (dir string, m Meta, found bool, err error) {
-	ids, err := c.store.List(ctx, ckptstore.Checkpoint)
+	ids, err := c.store.List(ctx, ckpt.Checkpoint)
 	if err != nil {
 		return "", Meta{}, false, fmt.Errorf("runtime: list checkpoints: %w", err)
 	}
 	var bad []string
 	for i := len(ids) - 1; i >= 0; i-- {
-		dir, m, err := c.fetch(ctx, ids[i], ckptstore.Checkpoint)
+		dir, m, err := c.fetch(ctx, ids[i], ckpt.Checkpoint)
 		if err == nil {
 			if len(bad) > 0 {
 				c.log.Error("restoring an older checkpoint: the newer ones do not verify", "checkpoint", ids[i], "skipped", bad)
 			}
 			return dir, m, true, nil
 		}
-		if !errors.Is(err, ckptstore.ErrCorrupt) {
+		if !errors.Is(err, ckpt.ErrCorrupt) {
 			return "", Meta{}, false, err
 		}
 		c.log.Error("checkpoint does not verify; trying the one before", "checkpoint", ids[i], "err", err)
@@ -144,14 +144,14 @@ func (c *checkpoints) latest(ctx context.Context) (dir string, m Meta, found boo
 
 // savepoint fetches a savepoint named by id (from from, or the job's own
 // store if from is nil) or by a local folder path.
-func (c *checkpoints) savepoint(ctx context.Context, ref string, from ckptstore.Store) (string, Meta, error) {
+func (c *checkpoints) savepoint(ctx context.Context, ref string, from ckpt.Store) (string, Meta, error) {
 	if id, err := strconv.ParseInt(ref, 10, 64); err == nil {
 		if from != nil {
 			other := *c
 			other.store = from
-			return other.fetch(ctx, id, ckptstore.Savepoint)
+			return other.fetch(ctx, id, ckpt.Savepoint)
 		}
-		return c.fetch(ctx, id, ckptstore.Savepoint)
+		return c.fetch(ctx, id, ckpt.Savepoint)
 	}
 	m, err := readMeta(ref)
 	return ref, m, err
@@ -189,17 +189,17 @@ func (c *checkpoints) put(ctx context.Context, m Meta, savepoint bool, began tim
 	if err := os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o644); err != nil {
 		return Meta{}, "", fmt.Errorf("runtime: write checkpoint meta: %w", err)
 	}
-	st, err := c.store.Upload(ctx, dir, m.ID, ckptstore.Checkpoint)
+	st, err := c.store.Upload(ctx, dir, m.ID, ckpt.Checkpoint)
 	if err != nil {
 		return Meta{}, "", fmt.Errorf("runtime: store checkpoint %d: %w", m.ID, err)
 	}
 	m.Uploaded = st.BytesUploaded
 	loc := ""
 	if savepoint {
-		if _, err := c.store.Upload(ctx, dir, m.ID, ckptstore.Savepoint); err != nil {
+		if _, err := c.store.Upload(ctx, dir, m.ID, ckpt.Savepoint); err != nil {
 			return Meta{}, "", fmt.Errorf("runtime: store savepoint %d: %w", m.ID, err)
 		}
-		loc = c.store.Location(m.ID, ckptstore.Savepoint)
+		loc = c.store.Location(m.ID, ckpt.Savepoint)
 	}
 	return m, loc, nil
 }
@@ -215,7 +215,7 @@ func (c *checkpoints) prune(ctx context.Context) error {
 func (c *checkpoints) oldestRestorable(ctx context.Context) (int64, bool) {
 	var oldest int64
 	found := false
-	for _, k := range []ckptstore.Kind{ckptstore.Checkpoint, ckptstore.Savepoint} {
+	for _, k := range []ckpt.Kind{ckpt.Checkpoint, ckpt.Savepoint} {
 		ids, err := c.store.List(ctx, k)
 		if err != nil {
 			return 0, false
@@ -246,7 +246,7 @@ func (c *checkpoints) setHigh(ctx context.Context, e int64) error {
 
 // dropAfter removes the checkpoints after id (an abandoned lineage).
 func (c *checkpoints) dropAfter(ctx context.Context, id int64) error {
-	return ckptstore.DropAfter(ctx, c.store, id)
+	return ckpt.DropAfter(ctx, c.store, id)
 }
 
 func readMeta(dir string) (Meta, error) {
@@ -256,7 +256,7 @@ func readMeta(dir string) (Meta, error) {
 	}
 	var m Meta
 	if err := json.Unmarshal(b, &m); err != nil {
-		return Meta{}, fmt.Errorf("runtime: %s: meta.json: %w: %w", dir, ckptstore.ErrCorrupt, err)
+		return Meta{}, fmt.Errorf("runtime: %s: meta.json: %w: %w", dir, ckpt.ErrCorrupt, err)
 	}
 	return m, nil
 }
@@ -296,20 +296,20 @@ func stateFiles(dir string) map[string]int64 {
 // watermark and settings, such as the batch recount, not for a restore
 // (which also skips a checkpoint whose files do not verify). Safe for
 // concurrent use as st is.
-func LatestMeta(ctx context.Context, st ckptstore.Store) (m Meta, found bool, err error) {
-	id, ok, err := st.Latest(ctx, ckptstore.Checkpoint)
+func LatestMeta(ctx context.Context, st ckpt.Store) (m Meta, found bool, err error) {
+	id, ok, err := st.Latest(ctx, ckpt.Checkpoint)
 	if err != nil {
 		return Meta{}, false, fmt.Errorf("runtime: latest checkpoint: %w", err)
 	}
 	if !ok {
 		return Meta{}, false, nil
 	}
-	b, err := st.ReadFile(ctx, id, ckptstore.Checkpoint, "meta.json")
+	b, err := st.ReadFile(ctx, id, ckpt.Checkpoint, "meta.json")
 	if err != nil {
 		return Meta{}, false, fmt.Errorf("runtime: read checkpoint %d: %w", id, err)
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return Meta{}, false, fmt.Errorf("runtime: checkpoint %d: meta.json: %w: %w", id, ckptstore.ErrCorrupt, err)
+		return Meta{}, false, fmt.Errorf("runtime: checkpoint %d: meta.json: %w: %w", id, ckpt.ErrCorrupt, err)
 	}
 	return m, true, nil
 }

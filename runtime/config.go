@@ -15,7 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/adclick/adclick/ckptstore"
+	"github.com/adclick/adclick/ckptstore/ckpt"
 	"github.com/adclick/adclick/clock"
 	"github.com/adclick/adclick/flush"
 	"github.com/adclick/adclick/ingest"
@@ -56,7 +56,7 @@ type Config struct {
 	// another job's checkpoint store, for a blue/green start whose new
 	// version keeps its checkpoints elsewhere. nil: Checkpoints (or
 	// DataDir).
-	SavepointStore ckptstore.Store
+	SavepointStore ckpt.Store
 
 	// AllowanceMs is the out-of-orderness allowance, for the watermarks
 	// and the pre-aggregators' horizon check alike; nil means the default,
@@ -127,13 +127,18 @@ type Config struct {
 	BatchSize int
 
 	// Checkpoints stores checkpoints, savepoints and the epoch high-water
-	// mark; nil keeps them under DataDir (embedded mode). AWS mode passes
-	// an S3 store.
-	Checkpoints ckptstore.Store
+	// mark: an S3 store in AWS mode. When it is nil, OpenCheckpoints opens
+	// one once the job holds its data dir (embedded mode: the folder store
+	// under DataDir, ckptstore.LocalOpener).
+	Checkpoints     ckpt.Store
+	OpenCheckpoints func() (ckpt.Store, error)
 
 	// Lake stores every click with its verdict (Parquet, by event hour and
-	// epoch) for the recount; nil keeps it under DataDir/lake.
-	Lake recount.Store
+	// epoch) for the recount: S3 in AWS mode. When it is nil, OpenLake
+	// opens one once the job holds its data dir (embedded mode:
+	// DataDir/lake, recount.FolderOpener).
+	Lake     recount.Store
+	OpenLake func() (recount.Store, error)
 	// Recount finalises hours in the background as they become ready.
 	Recount bool
 
@@ -225,6 +230,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Rows == nil && c.OpenSinks == nil {
 		errs = append(errs, errors.New("no row store: set Rows or OpenSinks"))
+	}
+	if c.Checkpoints == nil && c.OpenCheckpoints == nil {
+		errs = append(errs, errors.New("no checkpoint store: set Checkpoints or OpenCheckpoints"))
+	}
+	if c.Lake == nil && c.OpenLake == nil {
+		errs = append(errs, errors.New("no lake: set Lake or OpenLake"))
+	}
+	if c.Lease != nil && c.Lease.Acquire == nil {
+		errs = append(errs, errors.New("job lease without Acquire"))
 	}
 	for _, v := range []struct {
 		name string

@@ -63,7 +63,7 @@ func drill(t *testing.T, idleMs int64, warm, stall time.Duration) ([]float64, St
 		AllowanceMs: new(int64(100)), Watermarks: ingest.WatermarkOptions{IntervalMs: 50, IdleMs: idleMs}, CheckpointIntervalMs: 600_000,
 		OpenSource: kinesis.Opener(api, kinesis.Options{Stream: stream, MinCallInterval: 5 * time.Millisecond, PollInterval: 10 * time.Millisecond}),
 	}
-	cfg.OpenSinks = embeddedSinks(cfg)
+	useLocalStores(&cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	j, err := Open(ctx, cfg)

@@ -190,7 +190,7 @@ func TestValkeyKilledAndRestarted(t *testing.T) {
 		ExitWhenIdle: 2 * time.Minute, Drain: true,
 		OpenSource: kinesis.Opener(api, kinesis.Options{Stream: stream, MinCallInterval: 5 * time.Millisecond, PollInterval: 10 * time.Millisecond}),
 	}
-	cfg.OpenSinks = embeddedSinks(cfg)
+	useLocalStores(&cfg)
 	j, err := Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("open: %v", err)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,8 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/source"
+	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/sink/embedded"
 )
@@ -257,14 +258,17 @@ func replayConfig(dir, path string) Config {
 		DataDir: dir, Source: "file:" + path, OpenSource: source.File(path), Parallelism: 2, CheckpointIntervalMs: 5_000,
 		FlushWritesPerSec: 1e6,
 	}
-	cfg.OpenSinks = embeddedSinks(cfg)
+	useLocalStores(&cfg)
 	return cfg
 }
 
-// embeddedSinks opens the embedded store under cfg's data dir, as
-// embedded mode does.
-func embeddedSinks(cfg Config) func() (sink.Rows, sink.Totals, io.Closer, error) {
-	return embedded.Opener(filepath.Join(cfg.DataDir, "store"), embedded.Options{Registerer: cfg.Registerer})
+// useLocalStores makes cfg keep everything under its data dir, as embedded
+// mode does: the embedded row and total store, the folder checkpoint store
+// and the folder lake (each used only where cfg sets no other).
+func useLocalStores(cfg *Config) {
+	cfg.OpenSinks = embedded.Opener(filepath.Join(cfg.DataDir, "store"), embedded.Options{Registerer: cfg.Registerer})
+	cfg.OpenCheckpoints = ckptstore.LocalOpener(cfg.DataDir, ckptstore.Options{})
+	cfg.OpenLake = recount.FolderOpener(filepath.Join(cfg.DataDir, "lake"))
 }
 
 // runToEnd opens a job with cfg, runs it to the end of its input and

@@ -144,7 +144,7 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		j.Close()
 		return nil, fmt.Errorf("runtime: remove checkpoint scratch: %w", err)
 	}
-	if j.ckpts, err = newCheckpoints(cfg.DataDir, cfg.Checkpoints, cfg.CheckpointsKept, cfg.Logger); err != nil {
+	if j.ckpts, err = newCheckpoints(cfg.DataDir, cfg.Checkpoints, cfg.OpenCheckpoints, cfg.CheckpointsKept, cfg.Logger); err != nil {
 		j.Close()
 		return nil, err
 	}
@@ -202,12 +202,12 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	j.lake = cfg.Lake
 	if j.lake == nil {
-		if j.lake, err = recount.NewFolder(filepath.Join(cfg.DataDir, "lake")); err != nil {
+		if j.lake, err = cfg.OpenLake(); err != nil {
 			j.Close()
-			return nil, err
+			return nil, fmt.Errorf("runtime: lake: %w", err)
 		}
 	}
-	localLake, _ := j.lake.(*recount.Folder)
+	localLake, _ := j.lake.(tempRemover)
 	// From here on every write goes through the lease, if the job has one:
 	// the flush, the lake's cleaning, checkpoints and the graph's output.
 	j.fenceWrites()
@@ -660,4 +660,10 @@ func (j *Job) setReady(v bool) {
 	j.mu.Lock()
 	j.status.Ready = v
 	j.mu.Unlock()
+}
+
+// tempRemover is a lake that can hold temporary files of a writer killed
+// mid-write (a local folder): they are removed before the job starts.
+type tempRemover interface {
+	RemoveTemp() (int, error)
 }

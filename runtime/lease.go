@@ -2,47 +2,51 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
-	"github.com/adclick/adclick/ckptstore"
-	"github.com/adclick/adclick/lease"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/adclick/adclick/ckptstore/ckpt"
 	"github.com/adclick/adclick/recount"
+	"github.com/adclick/adclick/sink/fence"
 )
 
-// LeaseConfig makes a job hold a lease (package lease) for as long as it
-// runs, so that two processes can never write as the same job: AWS mode,
-// where the data dir's lock covers one machine only.
+// Lease is a job lease, held for as long as the job runs so that two
+// processes can never write as the same job: AWS mode, where the data
+// dir's lock covers one machine only. cmd/adclick takes it in DynamoDB
+// (package lease); every write of the job is fenced by it (package fence).
+type Lease interface {
+	fence.Fence
+	// Run renews the lease until ctx ends (nil) or the lease is lost (an
+	// error saying why).
+	Run(ctx context.Context) error
+	// Lost is closed once the lease is lost or released.
+	Lost() <-chan struct{}
+	// Release frees the lease, so that the next start takes it at once. A
+	// lease already lost is not an error.
+	Release(ctx context.Context) error
+}
+
+// LeaseConfig makes a job hold a Lease.
 type LeaseConfig struct {
-	// API is the lease table's client (a *dynamodb.Client, or lease.NewMem()
-	// in tests).
-	API lease.API
-	// Options name the table, the job and the key-group range; Logger and
-	// Registerer default to the job's.
-	Options lease.Options
+	// Acquire takes the lease, waiting out a holder that stopped renewing
+	// and refusing one that renews. log and reg are the job's.
+	Acquire func(ctx context.Context, log *slog.Logger, reg prometheus.Registerer) (Lease, error)
 }
 
 // jobLease is a held lease and its renewal loop.
 type jobLease struct {
-	l    *lease.Lease
+	l    Lease
 	stop context.CancelFunc
 	done chan error
 }
 
-// acquireLease takes the job's lease (waiting out a holder that stopped
-// renewing, refusing one that renews) and starts renewing it. The lease
-// is taken before anything is restored or flushed: the flush is a write.
+// acquireLease takes the job's lease and starts renewing it. The lease is
+// taken before anything is restored or flushed: the flush is a write.
 func (j *Job) acquireLease(ctx context.Context) error {
-	lc := j.cfg.Lease
-	o := lc.Options
-	if o.Logger == nil {
-		o.Logger = j.log
-	}
-	if o.Registerer == nil {
-		o.Registerer = j.cfg.Registerer
-	}
-	l, err := lease.Acquire(ctx, lc.API, o)
+	l, err := j.cfg.Lease.Acquire(ctx, j.log, j.cfg.Registerer)
 	if err != nil {
 		return fmt.Errorf("runtime: job lease: %w", err)
 	}
@@ -50,7 +54,6 @@ func (j *Job) acquireLease(ctx context.Context) error {
 	jl := &jobLease{l: l, stop: stop, done: make(chan error, 1)}
 	go func() { jl.done <- l.Run(rctx) }()
 	j.lease = jl
-	j.log.Info("job lease held", "key", l.Key(), "owner", l.Owner(), "counter", l.Counter())
 	return nil
 }
 
@@ -62,8 +65,8 @@ func (j *Job) fenceWrites() {
 		return
 	}
 	f := j.lease.l
-	j.rows = lease.FenceRows(j.rows, f)
-	j.totals = lease.FenceTotals(j.totals, f)
+	j.rows = fence.Rows(j.rows, f)
+	j.totals = fence.Totals(j.totals, f)
 	j.lake = fencedLake{Store: j.lake, f: f}
 	j.ckpts.store = fencedCkpts{Store: j.ckpts.store, f: f}
 }
@@ -81,56 +84,46 @@ func (j *Job) releaseLease() error {
 	err := <-jl.done
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if rerr := jl.l.Release(ctx); rerr != nil && err == nil && !errors.Is(rerr, lease.ErrLost) {
+	if rerr := jl.l.Release(ctx); rerr != nil && err == nil {
 		err = fmt.Errorf("runtime: release job lease: %w", rerr)
 	}
 	return err
 }
 
-// fenced runs one write under the lease.
-func fenced(ctx context.Context, f lease.Fence, write func(context.Context) error) error {
-	if err := f.Check(); err != nil {
-		return err
-	}
-	gctx, cancel := f.Guard(ctx)
-	defer cancel()
-	return write(gctx)
-}
-
 // fencedLake fences the lake's writes.
 type fencedLake struct {
 	recount.Store
-	f lease.Fence
+	f fence.Fence
 }
 
 func (s fencedLake) Put(ctx context.Context, key string, data []byte) error {
-	return fenced(ctx, s.f, func(ctx context.Context) error { return s.Store.Put(ctx, key, data) })
+	return fence.Run(ctx, s.f, func(ctx context.Context) error { return s.Store.Put(ctx, key, data) })
 }
 
 func (s fencedLake) Delete(ctx context.Context, key string) error {
-	return fenced(ctx, s.f, func(ctx context.Context) error { return s.Store.Delete(ctx, key) })
+	return fence.Run(ctx, s.f, func(ctx context.Context) error { return s.Store.Delete(ctx, key) })
 }
 
 // fencedCkpts fences the checkpoint store's writes.
 type fencedCkpts struct {
-	ckptstore.Store
-	f lease.Fence
+	ckpt.Store
+	f fence.Fence
 }
 
-func (s fencedCkpts) Upload(ctx context.Context, dir string, id int64, kind ckptstore.Kind) (st ckptstore.UploadStats, err error) {
-	err = fenced(ctx, s.f, func(ctx context.Context) error {
+func (s fencedCkpts) Upload(ctx context.Context, dir string, id int64, kind ckpt.Kind) (st ckpt.UploadStats, err error) {
+	err = fence.Run(ctx, s.f, func(ctx context.Context) error {
 		st, err = s.Store.Upload(ctx, dir, id, kind)
 		return err
 	})
 	return st, err
 }
 
-func (s fencedCkpts) Delete(ctx context.Context, id int64, kind ckptstore.Kind) error {
-	return fenced(ctx, s.f, func(ctx context.Context) error { return s.Store.Delete(ctx, id, kind) })
+func (s fencedCkpts) Delete(ctx context.Context, id int64, kind ckpt.Kind) error {
+	return fence.Run(ctx, s.f, func(ctx context.Context) error { return s.Store.Delete(ctx, id, kind) })
 }
 
-func (s fencedCkpts) Prune(ctx context.Context, keep int) (st ckptstore.PruneStats, err error) {
-	err = fenced(ctx, s.f, func(ctx context.Context) error {
+func (s fencedCkpts) Prune(ctx context.Context, keep int) (st ckpt.PruneStats, err error) {
+	err = fence.Run(ctx, s.f, func(ctx context.Context) error {
 		st, err = s.Store.Prune(ctx, keep)
 		return err
 	})
@@ -138,5 +131,5 @@ func (s fencedCkpts) Prune(ctx context.Context, keep int) (st ckptstore.PruneSta
 }
 
 func (s fencedCkpts) SetHigh(ctx context.Context, e int64) error {
-	return fenced(ctx, s.f, func(ctx context.Context) error { return s.Store.SetHigh(ctx, e) })
+	return fence.Run(ctx, s.f, func(ctx context.Context) error { return s.Store.SetHigh(ctx, e) })
 }

@@ -8,20 +8,21 @@ import (
 	"time"
 
 	"github.com/adclick/adclick/ckptstore"
+	"github.com/adclick/adclick/ckptstore/ckpt"
 	"github.com/adclick/adclick/ingest"
 )
 
 // slowStore is a checkpoint store whose uploads take a while (a slow S3),
 // recording when each began and ended.
 type slowStore struct {
-	ckptstore.Store
+	ckpt.Store
 	delay time.Duration
 
 	mu         sync.Mutex
 	began, end []time.Time
 }
 
-func (s *slowStore) Upload(ctx context.Context, dir string, id int64, kind ckptstore.Kind) (ckptstore.UploadStats, error) {
+func (s *slowStore) Upload(ctx context.Context, dir string, id int64, kind ckpt.Kind) (ckpt.UploadStats, error) {
 	s.mu.Lock()
 	s.began = append(s.began, time.Now())
 	s.mu.Unlock()
@@ -50,7 +51,7 @@ func TestCheckpointMinimumPause(t *testing.T) {
 		CheckpointIntervalMs: 200, CheckpointPauseMs: pause.Milliseconds(),
 		ExitWhenIdle: time.Hour, Checkpoints: store,
 	}
-	cfg.OpenSinks = embeddedSinks(cfg)
+	useLocalStores(&cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
 	j, err := Open(ctx, cfg)

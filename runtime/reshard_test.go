@@ -55,7 +55,7 @@ func TestReshardWhileReading(t *testing.T) {
 		OpenSource: kinesis.Opener(api, kinesis.Options{Stream: stream, MinCallInterval: 5 * time.Millisecond,
 			PollInterval: 10 * time.Millisecond, Rediscover: 50 * time.Millisecond, Limit: 25}),
 	}
-	cfg.OpenSinks = embeddedSinks(cfg)
+	useLocalStores(&cfg)
 	j, err := Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("open: %v", err)

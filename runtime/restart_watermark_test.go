@@ -47,7 +47,7 @@ func TestRestartWithoutRecordsKeepsTheWatermark(t *testing.T) {
 			OpenSource: kinesis.Opener(api, kinesis.Options{Stream: stream, MinCallInterval: 5 * time.Millisecond,
 				PollInterval: 10 * time.Millisecond}),
 		}
-		cfg.OpenSinks = embeddedSinks(cfg)
+		useLocalStores(&cfg)
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		j, err := Open(rctx, cfg)

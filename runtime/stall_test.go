@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adclick/adclick/ckptstore"
+	"github.com/adclick/adclick/ckptstore/ckpt"
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/sink/sinktest"
@@ -36,12 +37,12 @@ func (f *failingRows) Put(ctx context.Context, puts []sink.Put) (int, error) {
 
 // downStore is a checkpoint store whose uploads fail (S3 down).
 type downStore struct {
-	ckptstore.Store
+	ckpt.Store
 	err error
 }
 
-func (d downStore) Upload(context.Context, string, int64, ckptstore.Kind) (ckptstore.UploadStats, error) {
-	return ckptstore.UploadStats{}, d.err
+func (d downStore) Upload(context.Context, string, int64, ckpt.Kind) (ckpt.UploadStats, error) {
+	return ckpt.UploadStats{}, d.err
 }
 
 // runBounded runs j and returns Run's error, failing the test if Run has
@@ -115,7 +116,7 @@ func TestCheckpointStoreDownEndsTheJob(t *testing.T) {
 		CheckpointIntervalMs: 200, CheckpointTimeoutMs: 1_500,
 		Checkpoints: downStore{Store: local, err: down},
 	}
-	cfg.OpenSinks = embeddedSinks(cfg)
+	useLocalStores(&cfg)
 	j, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 
 	"github.com/adclick/adclick/internal/testenv"
-	"github.com/adclick/adclick/recount"
+	"github.com/adclick/adclick/recount/s3lake"
 )
 
 // TestRecountS3Lake keeps the lake in S3 (--lake s3://BUCKET/PREFIX, the
@@ -37,13 +37,13 @@ func TestRecountS3Lake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli := recount.NewS3Client(cfg)
+	cli := s3lake.NewClient(cfg)
 
 	var want finals
 	for _, crashes := range [][]int{nil, {2500, 1200}} {
 		prefix := fmt.Sprintf("lake-%d", len(crashes))
 		url := "s3://" + bucket + "/" + prefix
-		store := recount.NewS3(cli, bucket, prefix)
+		store := s3lake.New(cli, bucket, prefix)
 		data := filepath.Join(dir, prefix)
 		args := append([]string{"run", "--source", "file:" + trace, "--data", data, "--lake", url}, runFlags...)
 		rc := []string{"--lake", url}

@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/adclick/adclick/ckptstore"
+	"github.com/adclick/adclick/ckptstore/ckpt"
 	"github.com/adclick/adclick/recount"
+	"github.com/adclick/adclick/recount/s3lake"
 	"github.com/adclick/adclick/runtime"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/sink/embedded"
@@ -197,7 +199,7 @@ func printResults(w io.Writer, results []recount.HourResult, asJSON bool) error 
 // DATA/lake).
 func openLake(ctx context.Context, lake, data string) (recount.Store, error) {
 	if strings.HasPrefix(lake, "s3://") {
-		bucket, prefix, err := recount.ParseS3URL(lake)
+		bucket, prefix, err := s3lake.ParseURL(lake)
 		if err != nil {
 			return nil, usageError{err}
 		}
@@ -205,7 +207,7 @@ func openLake(ctx context.Context, lake, data string) (recount.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return recount.NewS3(recount.NewS3Client(cfg), bucket, prefix), nil
+		return s3lake.New(s3lake.NewClient(cfg), bucket, prefix), nil
 	}
 	dir := lake
 	if dir == "" {
@@ -253,7 +255,7 @@ type jobCheckpoint struct {
 // in the store under DATA, which is not created if missing. It returns nil
 // if there is none, and where it looked.
 func latestCheckpoint(ctx context.Context, checkpoints, data string) (*jobCheckpoint, string, error) {
-	var st ckptstore.Store
+	var st ckpt.Store
 	where := checkpoints
 	if checkpoints != "" {
 		if !strings.HasPrefix(checkpoints, "s3://") {
@@ -281,7 +283,7 @@ func latestCheckpoint(ctx context.Context, checkpoints, data string) (*jobCheckp
 	if !ok {
 		return nil, where, nil
 	}
-	return &jobCheckpoint{meta: m, where: st.Location(m.ID, ckptstore.Checkpoint)}, where, nil
+	return &jobCheckpoint{meta: m, where: st.Location(m.ID, ckpt.Checkpoint)}, where, nil
 }
 
 // jobSettings sets the horizon and the allowance to the job's, from its

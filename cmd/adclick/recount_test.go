@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/adclick/adclick/ckptstore"
+	"github.com/adclick/adclick/ckptstore/ckpt"
 	"github.com/adclick/adclick/latepath"
 	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/runtime"
@@ -94,7 +95,7 @@ func writeCheckpoint(t *testing.T, data string, m runtime.Meta) {
 	if err := os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Upload(context.Background(), dir, m.ID, ckptstore.Checkpoint); err != nil {
+	if _, err := st.Upload(context.Background(), dir, m.ID, ckpt.Checkpoint); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -291,7 +292,7 @@ func TestCmdRecountTakesTheStoresLatestCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	partial := st.Dir(3, ckptstore.Checkpoint)
+	partial := st.Dir(3, ckpt.Checkpoint)
 	if err := os.MkdirAll(partial, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -303,13 +304,13 @@ func TestCmdRecountTakesTheStoresLatestCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	id, ok, err := st.Latest(ctx, ckptstore.Checkpoint)
+	id, ok, err := st.Latest(ctx, ckpt.Checkpoint)
 	if err != nil || !ok || id != 2 {
 		t.Fatalf("store: Latest got %d, %v, %v; want checkpoint 2", id, ok, err)
 	}
 	ck, _, err := latestCheckpoint(ctx, "", data)
-	if err != nil || ck == nil || ck.meta.ID != id || ck.meta.Watermark != ready-60_000 || ck.where != st.Dir(2, ckptstore.Checkpoint) {
-		t.Fatalf("recount: latest checkpoint %+v, %v; want the store's, checkpoint %d at %s", ck, err, id, st.Dir(2, ckptstore.Checkpoint))
+	if err != nil || ck == nil || ck.meta.ID != id || ck.meta.Watermark != ready-60_000 || ck.where != st.Dir(2, ckpt.Checkpoint) {
+		t.Fatalf("recount: latest checkpoint %+v, %v; want the store's, checkpoint %d at %s", ck, err, id, st.Dir(2, ckpt.Checkpoint))
 	}
 	var out, errb bytes.Buffer
 	err = cmdRecount(ctx, []string{"--hour", "2026-11-29T10Z", "--data", data}, &out, &errb)
@@ -322,7 +323,7 @@ func TestCmdRecountTakesTheStoresLatestCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeCheckpoint(t, data, newer)
-	if id, _, _ := st.Latest(ctx, ckptstore.Checkpoint); id != 3 {
+	if id, _, _ := st.Latest(ctx, ckpt.Checkpoint); id != 3 {
 		t.Fatalf("store: Latest got %d, want 3", id)
 	}
 	if ck, _, err := latestCheckpoint(ctx, "", data); err != nil || ck == nil || ck.meta.ID != 3 {

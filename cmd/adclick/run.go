@@ -30,6 +30,7 @@ import (
 	"github.com/adclick/adclick/internal/bench"
 	"github.com/adclick/adclick/lease"
 	"github.com/adclick/adclick/preagg"
+	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/runtime"
 	"github.com/adclick/adclick/sink/embedded"
 )
@@ -167,6 +168,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if cfg.Checkpoints, err = openCheckpoints(ctx, *checkpointsURL, reg); err != nil {
 			return err
 		}
+	} else {
+		cfg.OpenCheckpoints = ckptstore.LocalOpener(cfg.DataDir, ckptstore.Options{})
 	}
 	if url, id, ok := ckptstore.ParseSavepointLocation(cfg.FromSavepoint); ok {
 		// Another job's savepoint in S3 (blue/green: v2 keeps its own
@@ -185,6 +188,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if cfg.Lake, err = openLake(ctx, *lakeURL, cfg.DataDir); err != nil {
 			return err
 		}
+	} else {
+		cfg.OpenLake = recount.FolderOpener(filepath.Join(cfg.DataDir, "lake"))
 	}
 	rows, totals, closeSinks, err := sf.open(ctx, reg)
 	if err != nil {
@@ -321,8 +326,29 @@ func leaseConfig(ctx context.Context, table, job, ckpts string, ms int64, sf *si
 	if err != nil {
 		return nil, err
 	}
-	return &runtime.LeaseConfig{API: dynamodb.NewFromConfig(cfg),
-		Options: lease.Options{Table: table, Job: job, Duration: time.Duration(ms) * time.Millisecond}}, nil
+	api := dynamodb.NewFromConfig(cfg)
+	o := lease.Options{Table: table, Job: job, Duration: time.Duration(ms) * time.Millisecond}
+	return &runtime.LeaseConfig{Acquire: func(ctx context.Context, log *slog.Logger, reg prometheus.Registerer) (runtime.Lease, error) {
+		o := o
+		o.Logger, o.Registerer = log, reg
+		l, err := lease.Acquire(ctx, api, o)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("job lease held", "key", l.Key(), "owner", l.Owner(), "counter", l.Counter())
+		return jobLease{l}, nil
+	}}, nil
+}
+
+// jobLease is a DynamoDB lease as the job holds it (runtime.Lease): a
+// lease taken over by the time it is released has nothing to release.
+type jobLease struct{ *lease.Lease }
+
+func (l jobLease) Release(ctx context.Context) error {
+	if err := l.Lease.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
+		return err
+	}
+	return nil
 }
 
 // refuseZero returns a usage error for each named flag that was set to 0 on

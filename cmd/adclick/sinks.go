@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adclick/adclick/ckptstore"
+	"github.com/adclick/adclick/ckptstore/ckpt"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/sink/dynamo"
 	"github.com/adclick/adclick/sink/valkey"
@@ -148,7 +149,7 @@ func dumpSorted(ctx context.Context, rows sink.Rows, emit func(sink.Item) error)
 	return nil
 }
 
-func openCheckpoints(ctx context.Context, url string, reg prometheus.Registerer) (ckptstore.Store, error) {
+func openCheckpoints(ctx context.Context, url string, reg prometheus.Registerer) (ckpt.Store, error) {
 	cfg, err := loadAWS(ctx)
 	if err != nil {
 		return nil, err

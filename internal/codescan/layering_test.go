@@ -185,13 +185,18 @@ func walk(graph map[string]*pkgInfo, root string) walked {
 	return w
 }
 
-// goList returns the packages of `go list -deps` for the core packages, by
-// import path.
-func goList(t *testing.T, root string) map[string]*pkgInfo {
+// goList returns the packages of `go list -deps` for pkgs (the core
+// packages if none are given), by import path.
+func goList(t *testing.T, root string, pkgs ...string) map[string]*pkgInfo {
 	t.Helper()
 	args := []string{"list", "-deps", "-json=ImportPath,Dir,Standard,Imports"}
-	for _, c := range core {
-		args = append(args, "./"+c.pkg)
+	if len(pkgs) == 0 {
+		for _, c := range core {
+			pkgs = append(pkgs, c.pkg)
+		}
+	}
+	for _, p := range pkgs {
+		args = append(args, "./"+p)
 	}
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root

@@ -1,4 +1,8 @@
-package recount
+// Package s3lake keeps the lake (package recount) in an S3 bucket, under a
+// key prefix: the store AWS mode writes every click's verdict to and the
+// recount reads. Embedded mode keeps the lake in a local folder instead
+// (recount.Folder).
+package s3lake
 
 import (
 	"bytes"
@@ -12,20 +16,22 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/adclick/adclick/recount"
 )
 
-// S3API is the part of the S3 client the lake uses (*s3.Client has it).
-type S3API interface {
+// API is the part of the S3 client the lake uses (*s3.Client has it).
+type API interface {
 	PutObject(ctx context.Context, in *s3.PutObjectInput, optFns ...func(*s3.Options)) (*s3.PutObjectOutput, error)
 	GetObject(ctx context.Context, in *s3.GetObjectInput, optFns ...func(*s3.Options)) (*s3.GetObjectOutput, error)
 	ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input, optFns ...func(*s3.Options)) (*s3.ListObjectsV2Output, error)
 	DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, optFns ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
 }
 
-// NewS3Client returns an S3 client for cfg with path-style addressing (as
+// NewClient returns an S3 client for cfg with path-style addressing (as
 // S3-compatible local servers need). The endpoint comes from the SDK's own
 // configuration, e.g. AWS_ENDPOINT_URL_S3.
-func NewS3Client(cfg aws.Config) *s3.Client {
+func NewClient(cfg aws.Config) *s3.Client {
 	return s3.NewFromConfig(cfg, func(o *s3.Options) {
 		o.UsePathStyle = true
 		// Stores that send no checksum (MinIO, s3rver) would otherwise get
@@ -34,39 +40,39 @@ func NewS3Client(cfg aws.Config) *s3.Client {
 	})
 }
 
-// ParseS3URL splits "s3://BUCKET/PREFIX" into bucket and prefix (without
+// ParseURL splits "s3://BUCKET/PREFIX" into bucket and prefix (without
 // slashes at its ends; may be empty).
-func ParseS3URL(s string) (bucket, prefix string, err error) {
+func ParseURL(s string) (bucket, prefix string, err error) {
 	u, err := url.Parse(s)
 	if err != nil || u.Scheme != "s3" || u.Host == "" {
-		return "", "", fmt.Errorf("recount: %q is not an s3://BUCKET/PREFIX URL", s)
+		return "", "", fmt.Errorf("s3lake: %q is not an s3://BUCKET/PREFIX URL", s)
 	}
 	return u.Host, strings.Trim(u.Path, "/"), nil
 }
 
-// S3 is a Store in an S3 bucket under a key prefix. Bodies are sent as
+// Store is a lake in an S3 bucket under a key prefix. Bodies are sent as
 // seekable readers so the SDK can compute checksums over plain HTTP. Safe for
 // concurrent use.
-type S3 struct {
-	api    S3API
+type Store struct {
+	api    API
 	bucket string
 	prefix string // "" or ending in "/"
 }
 
-var _ Store = (*S3)(nil)
+var _ recount.Store = (*Store)(nil)
 
-// NewS3 returns the store of bucket under prefix ("" = the bucket's root).
-func NewS3(api S3API, bucket, prefix string) *S3 {
+// New returns the store of bucket under prefix ("" = the bucket's root).
+func New(api API, bucket, prefix string) *Store {
 	prefix = strings.Trim(prefix, "/")
 	if prefix != "" {
 		prefix += "/"
 	}
-	return &S3{api: api, bucket: bucket, prefix: prefix}
+	return &Store{api: api, bucket: bucket, prefix: prefix}
 }
 
 // Put writes the object key.
-func (s *S3) Put(ctx context.Context, key string, data []byte) error {
-	if err := validKey(key); err != nil {
+func (s *Store) Put(ctx context.Context, key string, data []byte) error {
+	if err := recount.ValidKey(key); err != nil {
 		return err
 	}
 	_, err := s.api.PutObject(ctx, &s3.PutObjectInput{
@@ -74,23 +80,23 @@ func (s *S3) Put(ctx context.Context, key string, data []byte) error {
 		Body: bytes.NewReader(data), ContentLength: aws.Int64(int64(len(data))),
 	})
 	if err != nil {
-		return fmt.Errorf("recount: s3 put %s: %w", key, err)
+		return fmt.Errorf("s3lake: s3 put %s: %w", key, err)
 	}
 	return nil
 }
 
 // Get reads the object key.
-func (s *S3) Get(ctx context.Context, key string) ([]byte, error) {
-	if err := validKey(key); err != nil {
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := recount.ValidKey(key); err != nil {
 		return nil, err
 	}
 	out, err := s.api.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.prefix + key)})
 	if err != nil {
 		var nk *types.NoSuchKey
 		if errors.As(err, &nk) {
-			return nil, fmt.Errorf("recount: s3 get %s: %w", key, ErrNotFound)
+			return nil, fmt.Errorf("s3lake: s3 get %s: %w", key, recount.ErrNotFound)
 		}
-		return nil, fmt.Errorf("recount: s3 get %s: %w", key, err)
+		return nil, fmt.Errorf("s3lake: s3 get %s: %w", key, err)
 	}
 	defer out.Body.Close()
 	var buf bytes.Buffer
@@ -98,14 +104,14 @@ func (s *S3) Get(ctx context.Context, key string) ([]byte, error) {
 		buf.Grow(int(*out.ContentLength))
 	}
 	if _, err := io.Copy(&buf, out.Body); err != nil {
-		return nil, fmt.Errorf("recount: s3 get %s: %w", key, err)
+		return nil, fmt.Errorf("s3lake: s3 get %s: %w", key, err)
 	}
 	return buf.Bytes(), nil
 }
 
 // List pages through ListObjectsV2. Keys come in the server's order: byte
 // order on S3 (some S3-compatible servers order '/' differently).
-func (s *S3) List(ctx context.Context, prefix, startAfter string, fn func(string) error) error {
+func (s *Store) List(ctx context.Context, prefix, startAfter string, fn func(string) error) error {
 	in := &s3.ListObjectsV2Input{Bucket: aws.String(s.bucket), Prefix: aws.String(s.prefix + prefix)}
 	if startAfter != "" {
 		in.StartAfter = aws.String(s.prefix + startAfter)
@@ -113,7 +119,7 @@ func (s *S3) List(ctx context.Context, prefix, startAfter string, fn func(string
 	for {
 		out, err := s.api.ListObjectsV2(ctx, in)
 		if err != nil {
-			return fmt.Errorf("recount: s3 list %s: %w", prefix, err)
+			return fmt.Errorf("s3lake: s3 list %s: %w", prefix, err)
 		}
 		for _, o := range out.Contents {
 			k := strings.TrimPrefix(aws.ToString(o.Key), s.prefix)
@@ -121,7 +127,7 @@ func (s *S3) List(ctx context.Context, prefix, startAfter string, fn func(string
 				continue
 			}
 			if err := fn(k); err != nil {
-				if errors.Is(err, ErrStopList) {
+				if errors.Is(err, recount.ErrStopList) {
 					return nil
 				}
 				return err
@@ -136,8 +142,8 @@ func (s *S3) List(ctx context.Context, prefix, startAfter string, fn func(string
 }
 
 // Delete removes the object key (absent is fine, as in S3 itself).
-func (s *S3) Delete(ctx context.Context, key string) error {
-	if err := validKey(key); err != nil {
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := recount.ValidKey(key); err != nil {
 		return err
 	}
 	_, err := s.api.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.prefix + key)})
@@ -146,7 +152,7 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 		if errors.As(err, &nk) {
 			return nil
 		}
-		return fmt.Errorf("recount: s3 delete %s: %w", key, err)
+		return fmt.Errorf("s3lake: s3 delete %s: %w", key, err)
 	}
 	return nil
 }

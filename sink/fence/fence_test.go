@@ -1,8 +1,9 @@
-package lease
+package fence
 
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -100,45 +101,77 @@ func writeAll(ctx context.Context, rows sink.Rows, totals sink.Totals) []error {
 	return errs
 }
 
+// errLost is the reason the fake lease gives once lost.
+var errLost = errors.New("test lease: lost")
+
+// fakeLease is a Fence held until lose is called: Check then fails and
+// every Guard context ends.
+type fakeLease struct {
+	mu     sync.Mutex
+	err    error
+	ended  context.Context
+	cancel context.CancelFunc
+}
+
+func newFakeLease() *fakeLease {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &fakeLease{ended: ctx, cancel: cancel}
+}
+
+func (l *fakeLease) Check() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *fakeLease) Guard(ctx context.Context) (context.Context, context.CancelFunc) {
+	gctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(l.ended, cancel)
+	return gctx, func() { stop(); cancel() }
+}
+
+func (l *fakeLease) lose() {
+	l.mu.Lock()
+	l.err = errLost
+	l.mu.Unlock()
+	l.cancel()
+}
+
 func TestFenceWrites(t *testing.T) {
-	api := newTable(t)
-	clk := newFakeClock()
-	l := mustAcquire(t, api, opts("a", clk))
+	l := newFakeLease()
 	inner := &recordRows{}
-	rows, totals := FenceRows(inner, l), FenceTotals(inner, l)
+	rows, totals := Rows(inner, l), Totals(inner, l)
 	for _, err := range writeAll(context.Background(), rows, totals) {
 		if err != nil {
 			t.Errorf("write under a held lease: %v", err)
 		}
 	}
 	all := []string{"put", "put_final", "remove", "delete", "set_totals", "delete_totals", "forget_epochs", "sync", "get"}
-	if got := inner.got(); len(got) != len(all) {
+	if got := inner.got(); !slices.Equal(got, all) {
 		t.Errorf("inner store got %v, want %v", got, all)
 	}
 
-	clk.Advance(2 * D / 3) // no renewal: Check fails, nothing is written
+	l.lose() // Check fails: nothing is written
 	inner.writes = nil
 	for i, err := range writeAll(context.Background(), rows, totals) {
-		if !errors.Is(err, ErrLost) {
-			t.Errorf("write %s after the validity: got %v, want ErrLost", all[i], err)
+		if !errors.Is(err, errLost) {
+			t.Errorf("write %s after the lease was lost: got %v, want the lease's error", all[i], err)
 		}
 	}
 	if got := inner.got(); len(got) != 1 || got[0] != "get" {
-		t.Errorf("inner store got %v after the validity, want only the read", got)
+		t.Errorf("inner store got %v after the lease was lost, want only the read", got)
 	}
-	if FenceTotals(nil, l) != nil {
-		t.Error("FenceTotals(nil) is not nil")
+	if Totals(nil, l) != nil {
+		t.Error("Totals(nil) is not nil")
 	}
 }
 
 // A write in progress when the lease is lost is cancelled, and reports the
 // lease.
 func TestFenceCancelsWriteInFlight(t *testing.T) {
-	api := newTable(t)
-	clk := newFakeClock()
-	l := mustAcquire(t, api, opts("a", clk))
+	l := newFakeLease()
 	inner := &recordRows{block: true}
-	rows := FenceRows(inner, l)
+	rows := Rows(inner, l)
 	done := make(chan error, 1)
 	go func() {
 		_, err := rows.Put(context.Background(), []sink.Put{{}})
@@ -147,15 +180,31 @@ func TestFenceCancelsWriteInFlight(t *testing.T) {
 	for len(inner.got()) == 0 {
 		time.Sleep(100 * time.Microsecond)
 	}
-	if err := l.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	l.lose()
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrLost) {
-			t.Errorf("write in flight at Release: got %v, want ErrLost", err)
+		if !errors.Is(err, errLost) {
+			t.Errorf("write in flight when the lease was lost: got %v, want the lease's error", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the write in flight was not cancelled when the lease ended")
+	}
+}
+
+// Run refuses a write once the lease is lost, and passes the write's own
+// error through while it is held.
+func TestRun(t *testing.T) {
+	l := newFakeLease()
+	errWrite := errors.New("write failed")
+	ran := 0
+	if err := Run(context.Background(), l, func(context.Context) error { ran++; return errWrite }); !errors.Is(err, errWrite) || errors.Is(err, errLost) {
+		t.Errorf("failing write under a held lease: got %v, want only its own error", err)
+	}
+	l.lose()
+	if err := Run(context.Background(), l, func(context.Context) error { ran++; return nil }); !errors.Is(err, errLost) {
+		t.Errorf("write after the lease was lost: got %v, want the lease's error", err)
+	}
+	if ran != 1 {
+		t.Errorf("%d writes ran, want 1 (the one under the held lease)", ran)
 	}
 }
