@@ -1,5 +1,6 @@
 // Package kinesis is the production click source: it reads every shard of
-// an Amazon Kinesis data stream with GetRecords, and puts records into one.
+// an Amazon Kinesis data stream, by polling with GetRecords or by enhanced
+// fan-out with SubscribeToShard, and puts records into one.
 //
 // # Reading
 //
@@ -14,6 +15,37 @@
 // after the last record fetched. Each reader de-aggregates KPL records
 // (package kpl) into user records and queues them, up to BufferRecords per
 // shard; a full queue stops that reader fetching (backpressure).
+//
+// # Enhanced fan-out
+//
+// Options.Read chooses how shards are read: ReadPoll (the default, above)
+// or ReadEFO with Options.Consumer, a consumer name. Polling readers of a
+// stream share each shard's 5 calls and 2 MiB per second; with enhanced
+// fan-out the service pushes each shard to each registered consumer at up
+// to 2 MiB/s of its own, so production fleets of two or more workers read
+// by EFO, one consumer per worker slot, and a single process, tests and
+// kinesalite (which has no SubscribeToShard) poll.
+//
+// In EFO mode Open finds the stream's ARN (DescribeStreamSummary),
+// registers the consumer if DescribeStreamConsumer does not know it
+// (RegisterStreamConsumer; ResourceInUseException means someone else just
+// registered it), and waits up to ConsumerWait until it is ACTIVE. Each
+// shard's reader then subscribes from the same start a poller would take
+// (the restored position, StartAt, or TRIM_HORIZON for children) and
+// queues each SubscribeToShardEvent's records through the same
+// de-aggregation, queue, back-pressure (a full queue stops it taking
+// events, and the service stops pushing), positions and lag as polled
+// records. A subscription lasts 5 minutes; the reader subscribes again
+// after the last event's ContinuationSequenceNumber, at most once per
+// SubscribeInterval. A subscription refused with ResourceInUseException
+// (another one of the consumer and shard less than 5 s old) or taken over
+// mid-stream is retried with backoff and counted, not as a failure. The
+// last event of a closed shard has no continuation: the shard ends as a
+// polled one does, so children still start after their parents. Two
+// sources must never read through one consumer at once: each would take
+// the other's subscriptions over, and both would read every record.
+//
+// # The driver
 //
 // The driver goroutine consumes the queues through Next, one user record at
 // a time, in order within a shard, the shards with queued records taking

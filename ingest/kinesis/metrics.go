@@ -16,6 +16,12 @@ type metrics struct {
 	errs     prometheus.Counter
 	behind   *prometheus.GaugeVec
 	shards   prometheus.Gauge
+
+	// Enhanced fan-out.
+	subs   prometheus.Counter
+	resubs prometheus.Counter
+	inUse  prometheus.Counter
+	events prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -33,9 +39,17 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		errs: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_kinesis_errors_total",
 			Help: "Failed Kinesis calls other than throttling and expired iterators."}),
 		behind: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adclick_kinesis_millis_behind_latest",
-			Help: "Consumer lag: MillisBehindLatest of the shard's last GetRecords call, ms."}, []string{"shard"}),
+			Help: "Consumer lag: MillisBehindLatest of the shard's last GetRecords call or subscription event, ms."}, []string{"shard"}),
 		shards: prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_kinesis_shards_reading",
 			Help: "Shards with a running reader."}),
+		subs: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_kinesis_subscriptions_total",
+			Help: "SubscribeToShard subscriptions started (enhanced fan-out)."}),
+		resubs: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_kinesis_resubscriptions_total",
+			Help: "Subscriptions that renew an earlier one on the same shard: after its 5-minute lifetime, a takeover or an error."}),
+		inUse: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_kinesis_subscriptions_in_use_total",
+			Help: "ResourceInUseException on subscriptions: refused (another one within 5 s) or taken over; retried."}),
+		events: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_kinesis_subscription_events_total",
+			Help: "SubscribeToShard events received."}),
 	}
 	if r == nil {
 		return m
@@ -48,6 +62,10 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.errs = register(r, m.errs)
 	m.behind = register(r, m.behind)
 	m.shards = register(r, m.shards)
+	m.subs = register(r, m.subs)
+	m.resubs = register(r, m.resubs)
+	m.inUse = register(r, m.inUse)
+	m.events = register(r, m.events)
 	return m
 }
 

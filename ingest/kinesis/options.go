@@ -16,6 +16,18 @@ const (
 	StartAtTimestamp = "AT_TIMESTAMP" // records that arrived at or after Options.StartTimestamp
 )
 
+// How a source reads its shards (Options.Read).
+const (
+	// ReadPoll reads each shard with GetRecords in a loop (the default).
+	// Every reader of a stream shares a shard's 5 calls and 2 MiB per
+	// second.
+	ReadPoll = "poll"
+	// ReadEFO reads by enhanced fan-out: each shard's records are pushed
+	// to the registered consumer Options.Consumer over SubscribeToShard
+	// event streams, at up to 2 MiB/s per shard for that consumer alone.
+	ReadEFO = "efo"
+)
+
 // PositionClosed is the position of a shard read to its end, every record
 // of which has been returned by Next.
 const PositionClosed = "closed"
@@ -41,12 +53,34 @@ type Options struct {
 	// the last user record returned, or PositionClosed. The map is copied.
 	Positions map[string]string
 
+	// Read is how shards are read: ReadPoll (default) or ReadEFO.
+	Read string
+	// Consumer is the name of the stream consumer ReadEFO reads through;
+	// required with ReadEFO, refused with ReadPoll. Open registers it if
+	// it is missing and waits for it to become ACTIVE. Two sources must
+	// not read through one consumer at the same time: each subscription
+	// of one would take the other's over.
+	Consumer string
+	// ConsumerWait bounds how long Open waits for the consumer to become
+	// ACTIVE, asking DescribeStreamConsumer every PollInterval. Default
+	// 2 min.
+	ConsumerWait time.Duration
+	// SubscribeInterval is the least time between two SubscribeToShard
+	// calls on a shard with ReadEFO. Default 1 s, the service's limit per
+	// consumer and shard; smaller values are for in-process fakes only.
+	SubscribeInterval time.Duration
+
+	// MinCallInterval, PollInterval, Limit and ReadBytesPerSec pace
+	// ReadPoll; with ReadEFO the service paces what it pushes.
+	//
 	// MinCallInterval is the least time between two GetRecords calls on a
 	// shard. Default 200 ms, the service's 5 calls per second per shard;
 	// smaller values are for in-process fakes only.
 	MinCallInterval time.Duration
 	// PollInterval is the wait after a call that returned no records and
-	// reported the shard caught up (MillisBehindLatest 0). Default 500 ms.
+	// reported the shard caught up (MillisBehindLatest 0), and between two
+	// DescribeStreamConsumer calls while a consumer is CREATING. Default
+	// 500 ms.
 	PollInterval time.Duration
 	// Limit is the maximum number of records per GetRecords call, at most
 	// MaxLimit. Default MaxLimit.
@@ -55,22 +89,26 @@ type Options struct {
 	// than this. Default 2 MiB/s, the service's per-shard read limit.
 	ReadBytesPerSec int
 	// BackoffBase and BackoffMax bound the jittered exponential backoff
-	// after a throttle or a server error. Defaults 100 ms and 5 s.
+	// after a throttle or a server error, and with ReadEFO after a
+	// subscription in use (ResourceInUseException). Defaults 100 ms and
+	// 5 s.
 	BackoffBase, BackoffMax time.Duration
-	// MaxErrors is how many consecutive failures (other than throttling and
-	// expired iterators) a reader or the shard listing retries before the
-	// source fails (Next returns the error). Default 20.
+	// MaxErrors is how many consecutive failures (other than throttling,
+	// expired iterators and subscriptions in use) a reader or the shard
+	// listing retries before the source fails (Next returns the error).
+	// Default 20.
 	MaxErrors int
 	// Rediscover is the interval between shard listings. Default 10 s.
 	Rediscover time.Duration
 	// BufferRecords bounds a shard's queue of fetched user records: a
-	// reader does not call GetRecords while its queue holds this many.
-	// Default 10,000.
+	// reader does not call GetRecords, or take the next event of its
+	// subscription, while its queue holds this many. Default 10,000.
 	BufferRecords int
 	// StartHold bounds how long Next holds back user records after Open,
 	// until every shard whose reader Open started has fetched: its
-	// GetRecords calls returned a user record, reported the shard caught up
-	// (MillisBehindLatest 0) or reached its end. Shard events are not held.
+	// GetRecords calls (or subscription events) returned a user record,
+	// reported the shard caught up (MillisBehindLatest 0) or reached its
+	// end. Shard events are not held.
 	// Without the hold, a backlog comes out in the order the shards' first
 	// calls return, often one whole shard after another, and the job
 	// watermark (the minimum over shards) cannot form before the last
@@ -88,6 +126,15 @@ type Options struct {
 func (o *Options) EnsureDefaults() *Options {
 	if o.StartAt == "" {
 		o.StartAt = StartTrimHorizon
+	}
+	if o.Read == "" {
+		o.Read = ReadPoll
+	}
+	if o.ConsumerWait == 0 {
+		o.ConsumerWait = 2 * time.Minute
+	}
+	if o.SubscribeInterval == 0 {
+		o.SubscribeInterval = time.Second
 	}
 	if o.MinCallInterval == 0 {
 		o.MinCallInterval = 200 * time.Millisecond
@@ -141,12 +188,27 @@ func (o *Options) Validate() error {
 	default:
 		bad("start at %q: want %s, %s or %s", o.StartAt, StartTrimHorizon, StartLatest, StartAtTimestamp)
 	}
+	switch o.Read {
+	case ReadPoll:
+		if o.Consumer != "" {
+			bad("consumer %q is only used with read %s", o.Consumer, ReadEFO)
+		}
+	case ReadEFO:
+		if o.Consumer == "" {
+			bad("read %s needs a consumer name", ReadEFO)
+		} else if !validConsumer(o.Consumer) {
+			bad("consumer name %q: want 1 to 128 letters, digits, '_', '.' or '-'", o.Consumer)
+		}
+	default:
+		bad("read %q: want %s or %s", o.Read, ReadPoll, ReadEFO)
+	}
 	for id, p := range o.Positions {
 		if _, _, err := parsePosition(p); err != nil && p != PositionClosed {
 			bad("position of shard %s: %v", id, err)
 		}
 	}
-	if o.MinCallInterval < 0 || o.PollInterval < 0 || o.BackoffBase < 0 || o.BackoffMax < o.BackoffBase || o.Rediscover < 0 {
+	if o.MinCallInterval < 0 || o.PollInterval < 0 || o.BackoffBase < 0 || o.BackoffMax < o.BackoffBase || o.Rediscover < 0 ||
+		o.ConsumerWait < 0 || o.SubscribeInterval < 0 {
 		bad("intervals must be positive and backoff max ≥ backoff base")
 	}
 	if o.Limit < 0 || o.Limit > MaxLimit {
@@ -156,4 +218,17 @@ func (o *Options) Validate() error {
 		bad("buffer, max errors and read rate must be positive")
 	}
 	return errors.Join(errs...)
+}
+
+// validConsumer reports whether n is a consumer name the service accepts.
+func validConsumer(n string) bool {
+	if n == "" || len(n) > 128 {
+		return false
+	}
+	for _, c := range n {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -146,37 +146,11 @@ func (s *Source) read(sh *shard, sp startSpec) {
 			continue
 		}
 		throttles, fails = 0, 0
-		items = items[:0]
-		bytes := 0
-		for _, rec := range out.Records {
-			bytes += len(rec.Data)
-			seq := aws.ToString(rec.SequenceNumber)
-			items = s.expand(items, sh.id, rec, seq, &sp)
-			lastFetched = seq
-		}
-		if len(out.Records) > 0 {
-			// Only the first record of a restart can be the saved one.
-			sp.skipSeq = ""
-		}
-		behind := aws.ToInt64(out.MillisBehindLatest)
 		end := out.NextShardIterator == nil
-		s.mu.Lock()
-		sh.queue = append(sh.queue, items...)
-		sh.polled = true
-		sh.primed = sh.primed || len(items) > 0 || behind == 0 || end
-		sh.lag = behind
-		if end {
-			sh.ended = true
-			sh.queue = append(sh.queue, item{Event: EventShardClosed, Shard: sh.id})
-		}
-		s.mu.Unlock()
-		clear(items)
-		if !end {
-			s.m.behind.WithLabelValues(sh.id).Set(float64(behind))
-		}
-		select {
-		case s.notify <- struct{}{}:
-		default:
+		var bytes int
+		items, bytes = s.deliver(sh, out.Records, aws.ToInt64(out.MillisBehindLatest), end, &sp, items)
+		if n := len(out.Records); n > 0 {
+			lastFetched = aws.ToString(out.Records[n-1].SequenceNumber)
 		}
 		if end {
 			s.log.Info("kinesis shard read to its end", "shard", sh.id, "last", lastFetched)
@@ -187,10 +161,46 @@ func (s *Source) read(sh *shard, sp startSpec) {
 		if rate := s.o.ReadBytesPerSec; rate > 0 && bytes > 0 {
 			next = later(next, started.Add(time.Duration(float64(bytes)/float64(rate)*float64(time.Second))))
 		}
-		if len(out.Records) == 0 && behind == 0 {
+		if len(out.Records) == 0 && aws.ToInt64(out.MillisBehindLatest) == 0 {
 			next = later(next, started.Add(s.o.PollInterval))
 		}
 	}
+}
+
+// deliver queues the user records of one fetch of a shard (a GetRecords
+// reply or a subscription event), and the shard's closed event after them
+// at its end, and records its lag. Polled and pushed records take this one
+// path. items is scratch space, returned for reuse; bytes is the size of
+// the records' data.
+func (s *Source) deliver(sh *shard, recs []types.Record, behind int64, end bool, sp *startSpec, items []item) (_ []item, bytes int) {
+	items = items[:0]
+	for _, rec := range recs {
+		bytes += len(rec.Data)
+		items = s.expand(items, sh.id, rec, aws.ToString(rec.SequenceNumber), sp)
+	}
+	if len(recs) > 0 {
+		// Only the first record of a restart can be the saved one.
+		sp.skipSeq = ""
+	}
+	s.mu.Lock()
+	sh.queue = append(sh.queue, items...)
+	sh.polled = true
+	sh.primed = sh.primed || len(items) > 0 || behind == 0 || end
+	sh.lag = behind
+	if end {
+		sh.ended = true
+		sh.queue = append(sh.queue, item{Event: EventShardClosed, Shard: sh.id})
+	}
+	s.mu.Unlock()
+	clear(items)
+	if !end {
+		s.m.behind.WithLabelValues(sh.id).Set(float64(behind))
+	}
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+	return items, bytes
 }
 
 // waitSpace blocks while the shard's queue is full; false when stopping.

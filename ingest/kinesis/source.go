@@ -91,8 +91,8 @@ type shard struct {
 	queue  []item
 	head   int
 	full   bool // the reader waits for space
-	polled bool // a GetRecords call succeeded
-	primed bool // a call returned a user record, found the shard caught up, or reached its end
+	polled bool // a GetRecords call succeeded, or a subscription event arrived
+	primed bool // a fetch returned a user record, found the shard caught up, or reached its end
 	ended  bool // the reader reached the end; the closed event is queued
 	lag    int64
 	space  chan struct{}
@@ -115,17 +115,18 @@ type startSpec struct {
 // may be called from any goroutine, but Next is meant for a single
 // consumer: two concurrent callers would each see part of a shard's order.
 type Source struct {
-	api    API
-	o      Options
-	m      *metrics
-	log    *slog.Logger
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	notify chan struct{} // a reader queued something
-	wake   chan struct{} // the manager should list shards and start readers
-	once   sync.Once
-	timer  *time.Timer
+	api      API
+	o        Options
+	consumer string // the consumer's ARN with ReadEFO
+	m        *metrics
+	log      *slog.Logger
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	notify   chan struct{} // a reader queued something
+	wake     chan struct{} // the manager should list shards and start readers
+	once     sync.Once
+	timer    *time.Timer
 
 	mu     sync.Mutex
 	shards map[string]*shard
@@ -143,8 +144,10 @@ type Source struct {
 }
 
 // Open lists the stream's shards and starts reading those that may be read
-// now. The readers and the shard manager run until Close; ctx is used for
-// the first listing only. It fails if the stream does not exist.
+// now. With ReadEFO, before any reader starts, it finds the consumer
+// (registering it if it is missing) and waits until it is ACTIVE. The readers and the shard manager
+// run until Close; ctx is used for the first listing and the consumer only.
+// It fails if the stream does not exist.
 func Open(ctx context.Context, api API, o Options) (*Source, error) {
 	o.EnsureDefaults()
 	if err := o.Validate(); err != nil {
@@ -173,6 +176,14 @@ func Open(ctx context.Context, api API, o Options) (*Source, error) {
 			cancel()
 			return nil, fmt.Errorf("kinesis: open %s: %w", o.Stream, ctx.Err())
 		}
+	}
+	if o.Read == ReadEFO {
+		arn, err := consumerARN(ctx, api, &o, s.log)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		s.consumer = arn
 	}
 	s.mu.Lock()
 	s.merge(listed)
@@ -357,7 +368,7 @@ func (s *Source) Positions() map[string]string {
 }
 
 // Lag returns MillisBehindLatest of each shard being read, from its last
-// GetRecords call (ms).
+// GetRecords call or subscription event (ms).
 func (s *Source) Lag() map[string]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -372,8 +383,8 @@ func (s *Source) Lag() map[string]int64 {
 
 // CaughtUp reports whether the source has nothing left to hand out right
 // now: every listed shard is closed or being read with its last GetRecords
-// call at MillisBehindLatest 0 and an empty queue, and no shard waits to
-// start.
+// call (or subscription event) at MillisBehindLatest 0 and an empty queue,
+// and no shard waits to start.
 func (s *Source) CaughtUp() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -555,7 +566,11 @@ func (s *Source) startReady() {
 		s.m.shards.Inc()
 		s.log.Info("kinesis shard reader started", "shard", sh.id, "from", string(sh.start.typ), "position", sh.pos)
 		s.wg.Add(1)
-		go s.read(sh, sh.start)
+		if s.o.Read == ReadEFO {
+			go s.subscribe(sh, sh.start)
+		} else {
+			go s.read(sh, sh.start)
+		}
 	}
 	select {
 	case s.notify <- struct{}{}:

@@ -25,9 +25,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const stream = "clicks"
 
+// newStream returns a fake holding the stream, with shards shards. Its
+// enhanced fan-out windows are short: 20 ms of ResourceInUse after a
+// subscription the service still holds, 1 ms between subscriptions, an
+// idle event every 10 ms.
 func newStream(t *testing.T, shards int) *kinesistest.Fake {
 	t.Helper()
 	f := kinesistest.NewFake()
+	f.InUseWindow = 20 * time.Millisecond
+	f.SubscribeInterval = time.Millisecond
+	f.IdleEvent = 10 * time.Millisecond
 	if err := kinesis.EnsureStream(context.Background(), f, stream, shards); err != nil {
 		t.Fatalf("EnsureStream: %v", err)
 	}
@@ -46,8 +53,33 @@ func fast(o kinesis.Options) kinesis.Options {
 	if o.Rediscover == 0 {
 		o.Rediscover = 50 * time.Millisecond
 	}
+	if o.SubscribeInterval == 0 {
+		o.SubscribeInterval = 2 * time.Millisecond
+	}
 	o.BackoffBase, o.BackoffMax = time.Millisecond, 10*time.Millisecond
 	return o
+}
+
+// modes are the ways of reading; tests that hold for both run in each.
+var modes = []string{kinesis.ReadPoll, kinesis.ReadEFO}
+
+// testConsumer is the consumer inMode reads through with ReadEFO.
+const testConsumer = "test"
+
+// inMode sets o to read by mode (through testConsumer with ReadEFO).
+func inMode(o kinesis.Options, mode string) kinesis.Options {
+	o.Read = mode
+	if mode == kinesis.ReadEFO && o.Consumer == "" {
+		o.Consumer = testConsumer
+	}
+	return o
+}
+
+// forModes runs test once per way of reading, as subtests.
+func forModes(t *testing.T, test func(t *testing.T, mode string)) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) { test(t, mode) })
+	}
 }
 
 func open(t *testing.T, api kinesis.API, o kinesis.Options) *kinesis.Source {
@@ -273,13 +305,15 @@ func checkKeyOrder(t *testing.T, got []kinesis.Record) {
 	}
 }
 
-func TestReadPlainAndAggregated(t *testing.T) {
+func TestReadPlainAndAggregated(t *testing.T) { forModes(t, testReadPlainAndAggregated) }
+
+func testReadPlainAndAggregated(t *testing.T, mode string) {
 	f := newStream(t, 3)
 	keys := []string{"a", "b", "c", "d", "e", "f"}
 	plain := putPlain(t, f, keys, 0, 50)
 	agg := putAggregated(t, f, keys, 50, 50, 300)
 	reg := prometheus.NewRegistry()
-	src := open(t, f, kinesis.Options{Registerer: reg})
+	src := open(t, f, inMode(kinesis.Options{Registerer: reg}, mode))
 	r := newReader(t, src)
 	r.read(len(plain)+len(agg), 10*time.Second)
 	checkExactlyOnce(t, r.recs, wantPayloads(plain, agg))
@@ -327,6 +361,11 @@ func TestReadPlainAndAggregated(t *testing.T) {
 	more := putPlain(t, f, keys, 100, 5)
 	r.read(len(plain)+len(agg)+len(more), 10*time.Second)
 	checkExactlyOnce(t, r.recs, wantPayloads(plain, agg, more))
+	// Each mode uses its own calls only.
+	polls, subscribes := f.Calls("GetRecords"), f.Calls("SubscribeToShard")
+	if mode == kinesis.ReadEFO && (polls != 0 || subscribes < 3) || mode == kinesis.ReadPoll && subscribes != 0 {
+		t.Fatalf("%s: %d GetRecords and %d SubscribeToShard calls", mode, polls, subscribes)
+	}
 }
 
 // metricValue returns the value of an unlabelled counter or gauge.
@@ -360,7 +399,9 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 	}
 }
 
-func TestBadAggregate(t *testing.T) {
+func TestBadAggregate(t *testing.T) { forModes(t, testBadAggregate) }
+
+func testBadAggregate(t *testing.T, mode string) {
 	f := newStream(t, 1)
 	a := kpl.NewAggregator(0)
 	a.Add("k", "", []byte("one"))
@@ -374,7 +415,7 @@ func TestBadAggregate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newReader(t, open(t, f, kinesis.Options{}))
+	r := newReader(t, open(t, f, inMode(kinesis.Options{}, mode)))
 	r.read(4, 5*time.Second)
 	type row struct {
 		Data string
@@ -388,35 +429,6 @@ func TestBadAggregate(t *testing.T) {
 	want := []row{{"one", 0, ""}, {"two", 1, ""}, {string(bad), 0, kpl.ReasonBadChecksum}, {"three", 0, ""}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %+v, want %+v", got, want)
-	}
-}
-
-// TestRestartFromPositions stops the source after k records, for many k
-// (including inside aggregated records), and restarts it from Positions:
-// every record is read exactly once overall.
-func TestRestartFromPositions(t *testing.T) {
-	f := newStream(t, 2)
-	keys := []string{"a", "b", "c"}
-	want := wantPayloads(putAggregated(t, f, keys, 0, 20, 200), putPlain(t, f, keys, 20, 10), putAggregated(t, f, keys, 30, 10, 120))
-	total := len(want)
-	for _, cut := range []int{1, 2, 3, 7, 13, 29, 50, 61, 89, total - 1} {
-		var all []kinesis.Record
-		var pos map[string]string
-		for k, stop := range []int{cut, total} {
-			src, err := kinesis.Open(context.Background(), f, fast(kinesis.Options{Positions: pos, BufferRecords: 7, Limit: 3}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := newReader(t, src)
-			r.read(stop-len(all), 10*time.Second)
-			pos = src.Positions()
-			src.Close()
-			all = append(all, r.recs...)
-			if k == 0 && len(all) != cut {
-				t.Fatalf("cut %d: read %d", cut, len(all))
-			}
-		}
-		checkExactlyOnce(t, all, want)
 	}
 }
 
@@ -577,31 +589,12 @@ func TestFairAcrossShards(t *testing.T) {
 	}
 }
 
-func TestStartLatestAndTimestamp(t *testing.T) {
-	f := newStream(t, 2)
-	keys := []string{"a", "b", "c"}
-	putPlain(t, f, keys, 0, 10)
-	src := open(t, f, kinesis.Options{StartAt: kinesis.StartLatest})
-	r := newReader(t, src)
-	r.readUntil(src.CaughtUp, 10*time.Second) // takes the shard_added events
-	later := putPlain(t, f, keys, 10, 10)
-	r.read(len(later), 5*time.Second)
-	checkExactlyOnce(t, r.recs, wantPayloads(later))
-
-	// AT_TIMESTAMP: the fake's clock puts the next records an hour later.
-	t0 := time.Now().Add(time.Hour)
-	f.Now = func() time.Time { return t0 }
-	last := putPlain(t, f, keys, 20, 5)
-	src2 := open(t, f, kinesis.Options{StartAt: kinesis.StartAtTimestamp, StartTimestamp: t0})
-	r2 := newReader(t, src2)
-	r2.read(len(last), 5*time.Second)
-	checkExactlyOnce(t, r2.recs, wantPayloads(last))
-}
-
 // TestResharding splits a shard and merges two while reading: no record is
 // lost or read twice, every child is read only after its parents are
 // closed, and each partition key's records stay in order.
-func TestResharding(t *testing.T) {
+func TestResharding(t *testing.T) { forModes(t, testResharding) }
+
+func testResharding(t *testing.T, mode string) {
 	f := newStream(t, 2)
 	ctx := context.Background()
 	keys := make([]string, 20)
@@ -610,7 +603,8 @@ func TestResharding(t *testing.T) {
 	}
 	var put [][]kinesis.PutRecord
 	put = append(put, putPlain(t, f, keys, 0, 20), putAggregated(t, f, keys, 20, 10, 200))
-	src := open(t, f, kinesis.Options{Limit: 7, BufferRecords: 20})
+	f.EventRecords = 7
+	src := open(t, f, inMode(kinesis.Options{Limit: 7, BufferRecords: 20}, mode))
 	r := newReader(t, src)
 	r.read(100, 10*time.Second)
 
@@ -635,6 +629,39 @@ func TestResharding(t *testing.T) {
 
 	// Lifecycle: children after their parents' closed events.
 	r.readUntil(func() bool { return len(r.closed) == 3 }, 10*time.Second)
+	checkLineage(t, r)
+	pos := src.Positions()
+	for _, p := range []string{"shardId-000000000000", "shardId-000000000001", "shardId-000000000003"} {
+		if pos[p] != kinesis.PositionClosed {
+			t.Fatalf("Positions[%s]: got %q, want closed", p, pos[p])
+		}
+	}
+	waitFor(t, src.CaughtUp, "CaughtUp")
+
+	// A restart from these positions reads only what is put afterwards.
+	src.Close()
+	after := putPlain(t, f, keys, 60, 3)
+	src2 := open(t, f, inMode(kinesis.Options{Positions: pos}, mode))
+	r2 := newReader(t, src2)
+	r2.read(len(after), 10*time.Second)
+	time.Sleep(50 * time.Millisecond)
+	for {
+		rec, ok, err := src2.Next(ctx, 0)
+		if err != nil || !ok {
+			break
+		}
+		r2.take(rec)
+	}
+	checkExactlyOnce(t, r2.recs, wantPayloads(after))
+	if len(r2.added) != 2 {
+		t.Fatalf("shards added after restart: got %v, want the 2 open ones", r2.added)
+	}
+}
+
+// checkLineage checks that the children of the split of shard 0 and of the
+// merge of shards 3 and 1 were added after their parents were closed.
+func checkLineage(t *testing.T, r *reader) {
+	t.Helper()
 	idx := map[string]int{}
 	for i, e := range r.order {
 		if e.Event != "" {
@@ -657,32 +684,6 @@ func TestResharding(t *testing.T) {
 				t.Fatalf("child %s added at %d, parent %s closed at %d (ok %v)", child, a, p, c, ok)
 			}
 		}
-	}
-	pos := src.Positions()
-	for _, p := range []string{"shardId-000000000000", "shardId-000000000001", "shardId-000000000003"} {
-		if pos[p] != kinesis.PositionClosed {
-			t.Fatalf("Positions[%s]: got %q, want closed", p, pos[p])
-		}
-	}
-	waitFor(t, src.CaughtUp, "CaughtUp")
-
-	// A restart from these positions reads only what is put afterwards.
-	src.Close()
-	after := putPlain(t, f, keys, 60, 3)
-	src2 := open(t, f, kinesis.Options{Positions: pos})
-	r2 := newReader(t, src2)
-	r2.read(len(after), 10*time.Second)
-	time.Sleep(50 * time.Millisecond)
-	for {
-		rec, ok, err := src2.Next(ctx, 0)
-		if err != nil || !ok {
-			break
-		}
-		r2.take(rec)
-	}
-	checkExactlyOnce(t, r2.recs, wantPayloads(after))
-	if len(r2.added) != 2 {
-		t.Fatalf("shards added after restart: got %v, want the 2 open ones", r2.added)
 	}
 }
 
@@ -709,6 +710,13 @@ func TestOptionsValidate(t *testing.T) {
 		{"bad positions", kinesis.Options{Stream: "s", Positions: map[string]string{"a": "12", "b": "x/1", "c": "1/-1", "d": "closed", "e": "5/0"}},
 			[]string{"shard a", "shard b", "shard c"}},
 		{"limit and everything", kinesis.Options{Limit: 10001}, []string{"stream name", "limit 10001"}},
+		{"efo", kinesis.Options{Stream: "s", Read: kinesis.ReadEFO, Consumer: "job-w0.a_b"}, nil},
+		{"bad read", kinesis.Options{Stream: "s", Read: "push"}, []string{`read "push": want poll or efo`}},
+		{"efo without consumer", kinesis.Options{Stream: "s", Read: kinesis.ReadEFO}, []string{"read efo needs a consumer name"}},
+		{"bad consumer", kinesis.Options{Stream: "s", Read: kinesis.ReadEFO, Consumer: "a b"}, []string{`consumer name "a b"`}},
+		{"long consumer", kinesis.Options{Stream: "s", Read: kinesis.ReadEFO, Consumer: strings.Repeat("c", 129)}, []string{"consumer name"}},
+		{"consumer when polling", kinesis.Options{Stream: "s", Consumer: "c"}, []string{`consumer "c" is only used with read efo`}},
+		{"negative wait", kinesis.Options{Stream: "s", Read: kinesis.ReadEFO, Consumer: "c", ConsumerWait: -1}, []string{"intervals must be positive"}},
 	} {
 		o := tc.o
 		o.EnsureDefaults()

@@ -25,25 +25,66 @@ var maxHash = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 128), big.NewInt(
 
 // Fake is an in-memory Kinesis: streams of shards holding records with
 // increasing sequence numbers, shard iterators that expire, PutRecords
-// routing by partition key hash or explicit hash key, and resharding with
-// SplitShard and MergeShards. It implements kinesis.API and is safe for
-// concurrent use. Streams are ACTIVE as soon as they are created or
-// resharded. Retention is unlimited: nothing is trimmed.
+// routing by partition key hash or explicit hash key, resharding with
+// SplitShard and MergeShards, and enhanced fan-out: registered consumers
+// and SubscribeToShard event streams (see SubscribeToShard). It implements
+// kinesis.API and is safe for concurrent use. Streams are ACTIVE as soon
+// as they are created or resharded. Retention is unlimited: nothing is
+// trimmed.
+//
+// The fields are set before use. The enhanced fan-out durations follow the
+// real clock, not Now.
 type Fake struct {
 	// IteratorTTL is how long a shard iterator stays valid; default 5 min
-	// (as the service). Set before use.
+	// (as the service).
 	IteratorTTL time.Duration
 	// PageSize is the number of shards per ListShards page; default 1000.
 	PageSize int
-	// Now is the clock for arrival timestamps and iterator expiry; default
-	// time.Now. Set before use.
+	// Now is the clock for arrival timestamps, MillisBehindLatest and
+	// iterator expiry; default time.Now.
 	Now func() time.Time
+
+	// ConsumerActivation is how long a registered consumer stays CREATING
+	// before DescribeStreamConsumer reports it ACTIVE; default 0 (ACTIVE
+	// from the first DescribeStreamConsumer on).
+	ConsumerActivation time.Duration
+	// SubscriptionLifetime is how long a subscription's event stream lasts
+	// before it ends; default 5 min (as the service), 0 for ever. Tests
+	// make it short to renew subscriptions often.
+	SubscriptionLifetime time.Duration
+	// InUseWindow is how long after a successful SubscribeToShard another
+	// one for the same consumer and shard fails with
+	// ResourceInUseException, while the service holds the subscription;
+	// default 5 s (as the service), 0 never.
+	InUseWindow time.Duration
+	// SubscribeInterval is the least time between two successful
+	// SubscribeToShard calls for a consumer and shard; a call sooner fails
+	// with LimitExceededException. Default 1 s (as the service), 0 no
+	// limit.
+	SubscribeInterval time.Duration
+	// SubscribeBytesPerSec bounds the record data pushed to a consumer on
+	// a shard, over all its subscriptions; default 2 MiB/s (as the
+	// service), 0 or less unbounded.
+	SubscribeBytesPerSec int
+	// EventRecords is the most records in one SubscribeToShardEvent;
+	// default 10,000.
+	EventRecords int
+	// IdleEvent is the interval between the events without records that a
+	// caught-up subscription gets; default 1 s.
+	IdleEvent time.Duration
 
 	mu      sync.Mutex
 	streams map[string]*fstream
 	seq     uint64
 	epoch   int // iterators issued before the current epoch are expired
 	calls   map[string]int
+
+	consumers map[string]*fconsumer // by ARN
+	subs      map[subKey]*fsub      // the last subscription per consumer and shard
+	budget    map[subKey]time.Time  // when pushing to a consumer on a shard may go on (SubscribeBytesPerSec)
+	pushed    map[subKey]int64      // record data pushed to a consumer on a shard
+	open      int                   // event streams with a running pusher
+	tick      chan struct{}         // closed and replaced when records or shards change
 }
 
 type fstream struct {
@@ -68,7 +109,14 @@ type frec struct {
 
 // NewFake returns an empty fake.
 func NewFake() *Fake {
-	return &Fake{IteratorTTL: 5 * time.Minute, PageSize: 1000, Now: time.Now, streams: map[string]*fstream{}, calls: map[string]int{}}
+	return &Fake{
+		IteratorTTL: 5 * time.Minute, PageSize: 1000, Now: time.Now,
+		SubscriptionLifetime: 5 * time.Minute, InUseWindow: 5 * time.Second, SubscribeInterval: time.Second,
+		SubscribeBytesPerSec: 2 << 20, EventRecords: defaultEventLimit, IdleEvent: defaultIdleEvent,
+		streams: map[string]*fstream{}, calls: map[string]int{},
+		consumers: map[string]*fconsumer{}, subs: map[subKey]*fsub{}, budget: map[subKey]time.Time{},
+		pushed: map[subKey]int64{}, tick: make(chan struct{}),
+	}
 }
 
 func (f *Fake) nextSeq() string {
@@ -168,8 +216,8 @@ func (f *Fake) DescribeStreamSummary(_ context.Context, in *kinesis.DescribeStre
 		}
 	}
 	return &kinesis.DescribeStreamSummaryOutput{StreamDescriptionSummary: &types.StreamDescriptionSummary{
-		StreamName: aws.String(s.name), StreamStatus: types.StreamStatusActive, OpenShardCount: aws.Int32(open),
-		RetentionPeriodHours: aws.Int32(24),
+		StreamName: aws.String(s.name), StreamARN: aws.String(StreamARN(s.name)), StreamStatus: types.StreamStatusActive,
+		OpenShardCount: aws.Int32(open), RetentionPeriodHours: aws.Int32(24), ConsumerCount: aws.Int32(f.consumerCount(s)),
 	}}, nil
 }
 
@@ -244,29 +292,48 @@ func (f *Fake) GetShardIterator(_ context.Context, in *kinesis.GetShardIteratorI
 	if err != nil {
 		return nil, err
 	}
-	seq := aws.ToString(in.StartingSequenceNumber)
+	idx, err := sh.index(in.ShardIteratorType, aws.ToString(in.StartingSequenceNumber), in.Timestamp)
+	if err != nil {
+		return nil, err
+	}
+	return &kinesis.GetShardIteratorOutput{ShardIterator: aws.String(f.token(s.name, sh.id, idx))}, nil
+}
+
+// index returns the index of the first record of the shard at a starting
+// position: an iterator type with its sequence number or timestamp.
+func (sh *fshard) index(typ types.ShardIteratorType, seq string, ts *time.Time) (int, error) {
 	var idx int
-	switch in.ShardIteratorType {
+	switch typ {
 	case types.ShardIteratorTypeTrimHorizon:
 	case types.ShardIteratorTypeLatest:
 		idx = len(sh.recs)
 	case types.ShardIteratorTypeAtSequenceNumber, types.ShardIteratorTypeAfterSequenceNumber:
 		if len(seq) != len(sh.startSeq) || seq < sh.startSeq || (sh.endSeq != "" && seq > sh.endSeq) {
-			return nil, invalid("StartingSequenceNumber %s is not in shard %s", seq, sh.id)
+			return 0, invalid("StartingSequenceNumber %s is not in shard %s", seq, sh.id)
 		}
 		idx = sort.Search(len(sh.recs), func(i int) bool { return sh.recs[i].seq >= seq })
-		if in.ShardIteratorType == types.ShardIteratorTypeAfterSequenceNumber && idx < len(sh.recs) && sh.recs[idx].seq == seq {
+		if typ == types.ShardIteratorTypeAfterSequenceNumber && idx < len(sh.recs) && sh.recs[idx].seq == seq {
 			idx++
 		}
 	case types.ShardIteratorTypeAtTimestamp:
-		if in.Timestamp == nil {
-			return nil, invalid("AT_TIMESTAMP needs a Timestamp")
+		if ts == nil {
+			return 0, invalid("AT_TIMESTAMP needs a Timestamp")
 		}
-		idx = sort.Search(len(sh.recs), func(i int) bool { return !sh.recs[i].arrival.Before(*in.Timestamp) })
+		idx = sort.Search(len(sh.recs), func(i int) bool { return !sh.recs[i].arrival.Before(*ts) })
 	default:
-		return nil, invalid("bad ShardIteratorType %q", in.ShardIteratorType)
+		return 0, invalid("bad ShardIteratorType %q", typ)
 	}
-	return &kinesis.GetShardIteratorOutput{ShardIterator: aws.String(f.token(s.name, sh.id, idx))}, nil
+	return idx, nil
+}
+
+func (f *Fake) consumerCount(s *fstream) int32 {
+	n := int32(0)
+	for _, c := range f.consumers {
+		if c.stream == s {
+			n++
+		}
+	}
+	return n
 }
 
 // GetRecords returns up to Limit records. At the end of a closed shard,
@@ -367,6 +434,7 @@ func (f *Fake) PutRecords(_ context.Context, in *kinesis.PutRecordsInput, _ ...f
 		target.recs = append(target.recs, r)
 		out.Records = append(out.Records, types.PutRecordsResultEntry{SequenceNumber: aws.String(r.seq), ShardId: aws.String(target.id)})
 	}
+	f.changedLocked()
 	return out, nil
 }
 
@@ -394,6 +462,7 @@ func (f *Fake) SplitShard(_ context.Context, in *kinesis.SplitShardInput, _ ...f
 	p.endSeq = f.nextSeq()
 	s.addShard(f, p.lo, new(big.Int).Sub(at, big.NewInt(1)), p.id, "")
 	s.addShard(f, at, p.hi, p.id, "")
+	f.changedLocked()
 	return &kinesis.SplitShardOutput{}, nil
 }
 
@@ -430,6 +499,7 @@ func (f *Fake) MergeShards(_ context.Context, in *kinesis.MergeShardsInput, _ ..
 	end := f.nextSeq()
 	a.endSeq, b.endSeq = end, end
 	s.addShard(f, lo, hi, a.id, b.id)
+	f.changedLocked()
 	return &kinesis.MergeShardsOutput{}, nil
 }
 

@@ -39,6 +39,12 @@ func Throttled() error {
 	return &types.ProvisionedThroughputExceededException{Message: aws.String("rate exceeded for shard")}
 }
 
+// InUse returns the error the service gives for a second SubscribeToShard
+// within 5 s, or a RegisterStreamConsumer of a consumer that exists.
+func InUse() error {
+	return &types.ResourceInUseException{Message: aws.String("resource in use")}
+}
+
 // Expired returns the error the service gives for an expired iterator.
 func Expired() error {
 	return &types.ExpiredIteratorException{Message: aws.String("iterator expired")}
@@ -168,4 +174,25 @@ func (f *Faulty) PutRecords(ctx context.Context, in *kinesis.PutRecordsInput, o 
 		}
 	}
 	return &kinesis.PutRecordsOutput{Records: res, FailedRecordCount: aws.Int32(failed)}, nil
+}
+
+func (f *Faulty) RegisterStreamConsumer(ctx context.Context, in *kinesis.RegisterStreamConsumerInput, o ...func(*kinesis.Options)) (*kinesis.RegisterStreamConsumerOutput, error) {
+	if err := f.take("RegisterStreamConsumer"); err != nil {
+		return nil, err
+	}
+	return f.api.RegisterStreamConsumer(ctx, in, o...)
+}
+
+func (f *Faulty) DescribeStreamConsumer(ctx context.Context, in *kinesis.DescribeStreamConsumerInput, o ...func(*kinesis.Options)) (*kinesis.DescribeStreamConsumerOutput, error) {
+	if err := f.take("DescribeStreamConsumer"); err != nil {
+		return nil, err
+	}
+	return f.api.DescribeStreamConsumer(ctx, in, o...)
+}
+
+func (f *Faulty) SubscribeToShard(ctx context.Context, in *kinesis.SubscribeToShardInput, o ...func(*kinesis.Options)) (*kinesis.SubscribeToShardOutput, error) {
+	if err := f.take("SubscribeToShard"); err != nil {
+		return nil, err
+	}
+	return f.api.SubscribeToShard(ctx, in, o...)
 }
