@@ -35,7 +35,7 @@ type Options struct {
 	// (Pebble charges those to the same cache; Open adds them). Default
 	// 16 MiB.
 	CacheSize int64
-	// MemTableSize is Pebble's memtable size in bytes. Default 8 MiB.
+	// MemTableSize is Pebble's memtable size in bytes. Default 64 MiB.
 	MemTableSize uint64
 	// NoSync skips the write-ahead-log sync at the end of each mutating call.
 	// Writes then survive Close but not a crash. Default false (sync); meant
