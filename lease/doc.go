@@ -53,6 +53,47 @@
 // applied is recognised by its owner string (unique per Acquire) and
 // adopted, never mistaken for a takeover.
 //
-// Mem is an in-memory API with the same conditions, for tests and embedded
-// use.
+// # Range leases: many workers, one job
+//
+// A multi-worker job (docs/scale-out.md, §6) keeps its lease table in the
+// same model, one item per key-group range, beside a ranges map
+// ("<job>#ranges"), one slot lease per worker ("<job>#slot<k>") and the
+// recount lease ("<job>#recount"). A Worker reads the table (Scan) and
+// sends the writes of its own (setup, create, activate, the map, takes,
+// handoff requests); a take returns a Claim, the held lease, which renews,
+// opens epochs, commits checkpoints, records a sweep due, and releases or
+// retires its range. Every take writes the owner "<worker id>~<nonce>",
+// new for each take, and a fence equal to the counter it wrote; a range
+// item also carries its state, its last committed checkpoint, its epoch
+// high-water mark, a pending handoff request and its origins. A Claim
+// implements the fence.Fence of the sinks, as a Lease does.
+//
+// Which ranges to take is decided by Balance, a pure function of a
+// Snapshot (a Watcher's record of successive scans: each item and how
+// long its counter has stood still on the worker's own clock), the
+// worker's id and the time, with the Kinesis Client Library's taker rules:
+// target = ceil(active ranges / live workers), free and expired ranges
+// first, at most one range asked of the most loaded worker at a time, and
+// that ask a graceful handoff (the holder checkpoints and releases the
+// range reserved for the asker), never a steal from a live holder. The
+// loop that drives it (scan every 10 s, balance, act, renew) is the
+// runtime's:
+//
+//	w, _ := lease.NewWorker(api, lease.WorkerOptions{Table: t, Job: job})
+//	watch := lease.NewWatcher()
+//	scan, _ := w.Scan(ctx)
+//	snap := watch.Observe(scan)
+//	it, ok := lease.ChooseSlot(snap, job, scan.At, maxWorkers, w.BalanceOptions())
+//	slot, _ := w.Take(ctx, it)              // if ok; go slot.Run(ctx); exit when it is lost
+//	plan := lease.Balance(snap, w.ID(), scan.At, w.BalanceOptions())
+//	for _, it := range plan.Take { c, err := w.Take(ctx, it); … restore, go c.Run(ctx) … }
+//	if plan.Ask != nil { w.AskHandoff(ctx, *plan.Ask) }
+//	for _, it := range plan.HandOff { … final checkpoint, c.Commit, c.Release … }
+//	for _, it := range plan.Cancel { w.CancelHandoff(ctx, it) }
+//
+// Every write is conditional on the item as the snapshot showed it, so a
+// plan acted on late is refused (ErrChanged) rather than wrong.
+//
+// Mem is an in-memory API with the same conditions (RangeAPI: Scan
+// included), for tests and embedded use.
 package lease

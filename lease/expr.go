@@ -14,7 +14,8 @@ import (
 //	condition  = or
 //	or         = and { "OR" and }
 //	and        = unary { "AND" unary }
-//	unary      = "NOT" unary | "(" condition ")" | fn "(" path ")" | operand cmp operand
+//	unary      = "NOT" unary | "(" condition ")" | fn "(" path ")"
+//	           | "begins_with" "(" path "," operand ")" | operand cmp operand
 //	fn         = "attribute_exists" | "attribute_not_exists"
 //	cmp        = "=" | "<>" | "<" | "<=" | ">" | ">="
 //	update     = clause { clause }
@@ -253,6 +254,9 @@ func (p *parser) unary() (condFn, error) {
 		want := fn == "attribute_exists"
 		return func(it map[string]types.AttributeValue) bool { _, ok := it[path]; return ok == want }, nil
 	}
+	if p.keyword("begins_with") {
+		return p.beginsWith()
+	}
 	left, err := p.operand()
 	if err != nil {
 		return nil, err
@@ -296,6 +300,39 @@ func (p *parser) unary() (condFn, error) {
 			return c > 0
 		}
 		return c >= 0
+	}, nil
+}
+
+// beginsWith parses the arguments of begins_with(path, operand): true when
+// both are strings and the attribute starts with the operand (false for a
+// missing attribute or another type, as in DynamoDB).
+func (p *parser) beginsWith() (condFn, error) {
+	if !p.punct("(") {
+		return nil, fmt.Errorf("begins_with needs (")
+	}
+	t, err := p.next()
+	if err != nil {
+		return nil, err
+	}
+	path, err := p.env.path(t)
+	if err != nil {
+		return nil, err
+	}
+	if !p.punct(",") {
+		return nil, fmt.Errorf("begins_with takes two arguments")
+	}
+	prefix, err := p.operand()
+	if err != nil {
+		return nil, err
+	}
+	if !p.punct(")") {
+		return nil, fmt.Errorf("begins_with takes two arguments")
+	}
+	return func(it map[string]types.AttributeValue) bool {
+		a, ok1 := it[path].(*types.AttributeValueMemberS)
+		v, ok2 := prefix.eval(it)
+		b, ok3 := v.(*types.AttributeValueMemberS)
+		return ok1 && ok2 && ok3 && strings.HasPrefix(a.Value, b.Value)
 	}, nil
 }
 

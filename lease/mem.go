@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +26,13 @@ import (
 //     ConditionalCheckFailedException. Expressions follow the grammar in
 //     expr.go; unsupported syntax, undefined or unused placeholders and
 //     updates of the key fail with a ValidationException, as DynamoDB's.
+//     ReturnValues may be NONE, ALL_NEW (the item as written) or ALL_OLD
+//     (the item before, nothing for a new one).
+//   - Scan is always consistent and returns items in the order of their
+//     key values; Limit bounds the items evaluated (before the
+//     FilterExpression, as in DynamoDB), and a page that stops at the limit
+//     carries LastEvaluatedKey, from which ExclusiveStartKey resumes. The
+//     1 MB page limit is not modelled.
 //
 // It is the lease table of embedded use and of unit tests, production
 // code like the rest of the package. Safe for concurrent use; it honours
@@ -34,7 +42,10 @@ type Mem struct {
 	tables map[string]*memTable
 }
 
-var _ API = (*Mem)(nil)
+var (
+	_ API      = (*Mem)(nil)
+	_ RangeAPI = (*Mem)(nil)
+)
 
 type memTable struct {
 	desc  types.TableDescription
@@ -181,7 +192,9 @@ func (m *Mem) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, _ ..
 	if in.AttributeUpdates != nil || in.Expected != nil {
 		return nil, validation("mem: legacy parameters are not supported")
 	}
-	if in.ReturnValues != "" && in.ReturnValues != types.ReturnValueNone {
+	switch in.ReturnValues {
+	case "", types.ReturnValueNone, types.ReturnValueAllNew, types.ReturnValueAllOld:
+	default:
 		return nil, validation("mem: ReturnValues %s is not supported", in.ReturnValues)
 	}
 	if in.ExpressionAttributeNames != nil && len(in.ExpressionAttributeNames) == 0 ||
@@ -241,7 +254,92 @@ func (m *Mem) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, _ ..
 		next[a.path] = copyValue(v)
 	}
 	t.items[k] = next
-	return &dynamodb.UpdateItemOutput{}, nil
+	out := &dynamodb.UpdateItemOutput{}
+	switch in.ReturnValues {
+	case types.ReturnValueAllNew:
+		out.Attributes = copyItem(next)
+	case types.ReturnValueAllOld:
+		if exists {
+			out.Attributes = copyItem(cur)
+		}
+	}
+	return out, nil
+}
+
+// Scan returns the table's items that pass the FilterExpression, a page of
+// at most Limit evaluated items at a time.
+func (m *Mem) Scan(ctx context.Context, in *dynamodb.ScanInput, _ ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	switch {
+	case in.IndexName != nil:
+		return nil, validation("mem: indexes are not supported")
+	case in.Segment != nil || in.TotalSegments != nil:
+		return nil, validation("mem: parallel scans are not supported")
+	case in.ProjectionExpression != nil || in.AttributesToGet != nil:
+		return nil, validation("mem: projections are not supported")
+	case in.ScanFilter != nil || in.ConditionalOperator != "":
+		return nil, validation("mem: legacy parameters are not supported")
+	case in.Select != "" && in.Select != types.SelectAllAttributes:
+		return nil, validation("mem: Select %s is not supported", in.Select)
+	case in.Limit != nil && *in.Limit < 1:
+		return nil, validation("1 validation error detected: Value '%d' at 'limit' failed to satisfy constraint: Member must have value greater than or equal to 1", *in.Limit)
+	}
+	if in.ExpressionAttributeNames != nil && len(in.ExpressionAttributeNames) == 0 ||
+		in.ExpressionAttributeValues != nil && len(in.ExpressionAttributeValues) == 0 {
+		return nil, validation("ExpressionAttributeNames and ExpressionAttributeValues must not be empty")
+	}
+	env := &exprEnv{names: in.ExpressionAttributeNames, values: in.ExpressionAttributeValues,
+		usedNames: map[string]bool{}, usedVals: map[string]bool{}}
+	var filter condFn
+	if in.FilterExpression != nil {
+		f, err := parseCondition(aws.ToString(in.FilterExpression), env)
+		if err != nil {
+			return nil, validation("invalid FilterExpression: %v", err)
+		}
+		filter = f
+	}
+	if err := env.unused(); err != nil {
+		return nil, validation("%v", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, err := m.table(in.TableName)
+	if err != nil {
+		return nil, err
+	}
+	after := ""
+	if in.ExclusiveStartKey != nil {
+		k, _, err := t.keyOf(in.ExclusiveStartKey)
+		if err != nil {
+			return nil, validation("The provided starting key is invalid: %v", err)
+		}
+		after = k
+	}
+	keys := make([]string, 0, len(t.items))
+	for k := range t.items {
+		if k > after {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	out := &dynamodb.ScanOutput{}
+	for i, k := range keys {
+		if in.Limit != nil && int32(i) == *in.Limit {
+			break
+		}
+		it := t.items[k]
+		out.ScannedCount++
+		if in.Limit != nil && out.ScannedCount == *in.Limit {
+			out.LastEvaluatedKey = map[string]types.AttributeValue{t.hash: copyValue(it[t.hash])}
+		}
+		if filter == nil || filter(it) {
+			out.Items = append(out.Items, copyItem(it))
+			out.Count++
+		}
+	}
+	return out, nil
 }
 
 func copyItem(it map[string]types.AttributeValue) map[string]types.AttributeValue {
