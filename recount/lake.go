@@ -20,7 +20,10 @@ import (
 
 // Row is one row of the lake: a latepath.Record with its event hour and
 // checkpoint epoch. Its struct tags are the Parquet schema (see SchemaDoc);
-// column names are stable: external tables depend on them.
+// column names are stable: external tables depend on them. The Writer does
+// not write Rows: its encoder (lake_encode.go) writes the same columns from
+// its own buffers, and a test checks that it writes what parquet-go writes
+// for Rows, so the two change together.
 type Row struct {
 	Verdict      string `parquet:"verdict,dict"`     // counted, late, duplicate, beyond_horizon or invalid:<reason>
 	ClickID      string `parquet:"click_id"`         // as decoded ("" if absent)
@@ -56,15 +59,6 @@ raw            BYTE_ARRAY           payload of an invalid record as read (bytes:
 event_hour_ms  INT64   Unix ms, start of the partition's hour
 epoch          INT64   checkpoint epoch
 All columns are required (not null). Partitions: hour=YYYY-MM-DDTHH (UTC).`
-
-// rawBytes returns the raw payload as bytes (nil when empty, so that valid
-// rows cost nothing).
-func rawBytes(s string) []byte {
-	if s == "" {
-		return nil
-	}
-	return []byte(s)
-}
 
 // Record returns the row as a latepath.Record.
 func (r *Row) Record() latepath.Record {
@@ -148,17 +142,18 @@ func validPart(part string) error {
 type Writer struct {
 	store Store
 	part  string
-	// rows holds the buffered rows in order of Add, all hours together;
-	// writeChunk groups them by hour into scratch. Both are reused from one
-	// chunk to the next, so a writer's memory is two chunks' worth of rows
-	// whatever the mix of hours.
-	rows    []Row
-	scratch []Row
-	hours   []hourCount
-	pw      *parquet.GenericWriter[Row]
-	buf     bytes.Buffer
-	written int64
-	bytes   int64
+	// hours holds the buffered rows by partition hour, each hour's column
+	// by column in order of Add (so a chunk needs no split by hour); last
+	// is the hour of the last Add. free holds the emptied hour buffers for
+	// the next chunks, largest last, at most about two chunks' worth of
+	// rows in all, whatever the mix of hours.
+	hours    []*hourRows
+	last     *hourRows
+	free     []*hourRows
+	buffered int
+	enc      encoder
+	written  int64
+	bytes    int64
 
 	// SpillRows is the number of buffered records at which Spill writes
 	// them; default DefaultSpillRows.
@@ -193,40 +188,89 @@ func NewWriter(store Store, part string) (*Writer, error) {
 	return &Writer{store: store, part: part}, nil
 }
 
-// hourCount is one hour of a chunk: how many rows it has, then where its
-// rows start in the writer's scratch buffer.
-type hourCount struct {
-	hour    int64
-	n, next int
-}
-
-// writerOptions are the Parquet writer settings of the lake: Snappy pages,
-// page statistics, one row group per object. The string columns carry no
-// min/max bounds or page statistics: nothing prunes on them (the recount reads every row; a
-// query engine prunes on event_hour_ms, epoch and the times), and computing
-// them was a tenth of the lake's cost.
-func writerOptions() []parquet.WriterOption {
-	opts := []parquet.WriterOption{parquet.Compression(&fastSnappy{}), parquet.CreatedBy("adclick", "", "")}
-	for _, col := range []string{"verdict", "click_id", "ad_id", "campaign_id", "device_id", "shard", "seq", "raw"} {
-		opts = append(opts, parquet.SkipPageBounds(col), parquet.SkipPageStatistics(col))
-	}
-	return opts
-}
-
-// Add buffers r (its strings are kept, not copied). The epoch is given at
-// Flush.
+// Add buffers r (the bytes of its strings are copied: the writer keeps no
+// reference to r). The epoch is given at Flush.
 func (w *Writer) Add(r *latepath.Record) {
-	raw := r.Raw
-	if len(raw) > latepath.MaxRaw {
-		raw = raw[:latepath.MaxRaw]
+	h := PartitionHour(r)
+	b := w.last
+	if b == nil || b.hour != h {
+		b = w.hourRows(h)
+		w.last = b
 	}
-	w.rows = append(w.rows, Row{Verdict: r.Verdict, ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, DeviceID: r.DeviceID,
-		ImpressionMs: r.ImpressionMs, DeviceMs: r.DeviceMs, EventMs: r.EventMs, ArrivalMs: r.ArrivalMs,
-		SpendMicros: r.SpendMicros, Shard: r.Shard, Seq: r.Seq, Raw: rawBytes(raw), EventHourMs: PartitionHour(r)})
+	b.add(r)
+	w.buffered++
+}
+
+// hourRows returns the buffer of hour h, taking an empty one for a new
+// hour: the one that held h in an earlier chunk if it is free, else the
+// largest free one.
+func (w *Writer) hourRows(h int64) *hourRows {
+	for _, b := range w.hours {
+		if b.hour == h {
+			return b
+		}
+	}
+	var b *hourRows
+	if n := len(w.free); n > 0 {
+		k := n - 1
+		for i, f := range w.free {
+			if f.hour == h {
+				k = i
+			}
+		}
+		b = w.free[k]
+		copy(w.free[k:], w.free[k+1:])
+		w.free[n-1] = nil
+		w.free = w.free[:n-1]
+	} else {
+		b = &hourRows{}
+	}
+	b.hour = h
+	w.hours = append(w.hours, b)
+	return b
+}
+
+// release empties the hour buffers and keeps them for the next chunks: the
+// largest ones, as long as they hold at most two chunks' worth of rows (and
+// always the largest one).
+func (w *Writer) release() {
+	for _, b := range w.hours {
+		b.reset()
+		w.free = append(w.free, b)
+	}
+	clear(w.hours)
+	w.hours = w.hours[:0]
+	w.last = nil
+	slices.SortFunc(w.free, func(a, b *hourRows) int { return cmp.Compare(a.capRows(), b.capRows()) })
+	total := 0
+	for _, b := range w.free {
+		total += b.capRows()
+	}
+	drop := 0
+	for drop < len(w.free)-1 && total > 2*w.spillRows() {
+		total -= w.free[drop].capRows()
+		drop++
+	}
+	n := copy(w.free, w.free[drop:])
+	clear(w.free[n:])
+	w.free = w.free[:n]
+}
+
+// bufferCap returns how many rows the writer's buffers hold without
+// growing, in use and free.
+func (w *Writer) bufferCap() int {
+	c := 0
+	for _, b := range w.hours {
+		c += b.capRows()
+	}
+	for _, b := range w.free {
+		c += b.capRows()
+	}
+	return c
 }
 
 // Buffered returns the number of records added since the last Flush.
-func (w *Writer) Buffered() int { return len(w.rows) }
+func (w *Writer) Buffered() int { return w.buffered }
 
 // Written returns the rows and bytes written by Flush so far.
 func (w *Writer) Written() (rows, bytes int64) { return w.written, w.bytes }
@@ -237,7 +281,7 @@ func (w *Writer) Written() (rows, bytes int64) { return w.written, w.bytes }
 // rest. Like Flush, it writes the epoch's manifest (every key of the epoch
 // so far) before the objects.
 func (w *Writer) Spill(ctx context.Context, epoch int64) error {
-	if len(w.rows) < w.spillRows() {
+	if w.buffered < w.spillRows() {
 		return nil
 	}
 	return w.writeChunk(ctx, epoch)
@@ -259,7 +303,7 @@ func (w *Writer) Flush(ctx context.Context, epoch int64) error {
 }
 
 func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
-	if len(w.rows) == 0 {
+	if w.buffered == 0 {
 		return nil
 	}
 	if w.chunk > 0 && w.chunkEpoch != epoch {
@@ -268,7 +312,7 @@ func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
 		w.chunk, w.epochKeys = 0, w.epochKeys[:0]
 	}
 	w.chunkEpoch = epoch
-	parts := w.byHour()
+	slices.SortFunc(w.hours, func(a, b *hourRows) int { return cmp.Compare(a.hour, b.hour) })
 	keys := len(w.epochKeys)
 	for _, h := range w.hours {
 		w.epochKeys = append(w.epochKeys, chunkKey(h.hour, w.part, epoch, w.chunk))
@@ -282,12 +326,11 @@ func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
 		w.epochKeys = w.epochKeys[:keys]
 		return fmt.Errorf("recount: flush epoch %d: %w", epoch, err)
 	}
-	for i, rows := range parts {
-		for j := range rows {
-			rows[j].Epoch = epoch
-		}
-		data, err := w.encode(rows)
-		if err == nil {
+	for i, h := range w.hours {
+		data, err := w.enc.encode(h, epoch)
+		if err != nil {
+			err = fmt.Errorf("encode: %w", err)
+		} else {
 			err = w.store.Put(ctx, w.epochKeys[keys+i], data)
 		}
 		if err != nil {
@@ -297,63 +340,14 @@ func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
 			w.epochKeys = w.epochKeys[:keys]
 			return fmt.Errorf("recount: flush epoch %d: %w", epoch, err)
 		}
-		w.written += int64(len(rows))
+		w.written += int64(h.n)
 		w.bytes += int64(len(data))
 	}
 	w.chunk++
-	// Forget the rows, dropping the strings they reference; keep the
-	// buffers.
-	clear(w.scratch)
-	w.scratch = w.scratch[:0]
-	clear(w.rows)
-	w.rows = w.rows[:0]
+	// Forget the rows; keep the buffers.
+	w.release()
+	w.buffered = 0
 	return nil
-}
-
-// byHour returns the buffered rows grouped by hour, hours ascending (and
-// sets w.hours to match), each group in order of Add. With one hour (the
-// common case) that is the buffer itself; otherwise the rows are copied
-// into scratch, one group after another.
-func (w *Writer) byHour() [][]Row {
-	w.hours = w.hours[:0]
-	last := -1
-	for i := range w.rows {
-		h := w.rows[i].EventHourMs
-		if last < 0 || w.hours[last].hour != h {
-			last = slices.IndexFunc(w.hours, func(c hourCount) bool { return c.hour == h })
-			if last < 0 {
-				w.hours = append(w.hours, hourCount{hour: h})
-				last = len(w.hours) - 1
-			}
-		}
-		w.hours[last].n++
-	}
-	slices.SortFunc(w.hours, func(a, b hourCount) int { return cmp.Compare(a.hour, b.hour) })
-	if len(w.hours) == 1 {
-		return [][]Row{w.rows}
-	}
-	off := 0
-	for i := range w.hours {
-		w.hours[i].next = off
-		off += w.hours[i].n
-	}
-	w.scratch = slices.Grow(w.scratch[:0], len(w.rows))[:len(w.rows)]
-	for i := range w.rows {
-		h := w.rows[i].EventHourMs
-		k := 0
-		for w.hours[k].hour != h {
-			k++
-		}
-		w.scratch[w.hours[k].next] = w.rows[i]
-		w.hours[k].next++
-	}
-	parts := make([][]Row, len(w.hours))
-	off = 0
-	for i, h := range w.hours {
-		parts[i] = w.scratch[off : off+h.n]
-		off += h.n
-	}
-	return parts
 }
 
 func (w *Writer) spillRows() int {
@@ -361,24 +355,6 @@ func (w *Writer) spillRows() int {
 		return w.SpillRows
 	}
 	return DefaultSpillRows
-}
-
-// encode returns rows as one Parquet file. The returned slice is valid until
-// the next call.
-func (w *Writer) encode(rows []Row) ([]byte, error) {
-	w.buf.Reset()
-	if w.pw == nil {
-		w.pw = parquet.NewGenericWriter[Row](&w.buf, writerOptions()...)
-	} else {
-		w.pw.Reset(&w.buf)
-	}
-	if _, err := w.pw.Write(rows); err != nil {
-		return nil, fmt.Errorf("encode: %w", err)
-	}
-	if err := w.pw.Close(); err != nil {
-		return nil, fmt.Errorf("encode: %w", err)
-	}
-	return w.buf.Bytes(), nil
 }
 
 // RemoveEpochs removes every lake object of epochs ≥ from, as listed by the

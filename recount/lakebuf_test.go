@@ -52,7 +52,7 @@ func TestWriterReusesBuffersAcrossHours(t *testing.T) {
 			if err := w.Spill(ctx, epoch); err != nil {
 				t.Fatal(err)
 			}
-			if c := cap(w.rows) + cap(w.scratch); c > 4*w.SpillRows {
+			if c := w.bufferCap(); c > 4*w.SpillRows {
 				t.Fatalf("buffers hold %d rows, want at most %d", c, 4*w.SpillRows)
 			}
 		}
