@@ -197,12 +197,10 @@ func (m *Mem) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, _ ..
 	default:
 		return nil, validation("mem: ReturnValues %s is not supported", in.ReturnValues)
 	}
-	if in.ExpressionAttributeNames != nil && len(in.ExpressionAttributeNames) == 0 ||
-		in.ExpressionAttributeValues != nil && len(in.ExpressionAttributeValues) == 0 {
-		return nil, validation("ExpressionAttributeNames and ExpressionAttributeValues must not be empty")
+	env, err := newExprEnv(in.ExpressionAttributeNames, in.ExpressionAttributeValues)
+	if err != nil {
+		return nil, err
 	}
-	env := &exprEnv{names: in.ExpressionAttributeNames, values: in.ExpressionAttributeValues,
-		usedNames: map[string]bool{}, usedVals: map[string]bool{}}
 	var cond condFn
 	if in.ConditionExpression != nil {
 		c, err := parseCondition(aws.ToString(in.ConditionExpression), env)
@@ -286,12 +284,10 @@ func (m *Mem) Scan(ctx context.Context, in *dynamodb.ScanInput, _ ...func(*dynam
 	case in.Limit != nil && *in.Limit < 1:
 		return nil, validation("1 validation error detected: Value '%d' at 'limit' failed to satisfy constraint: Member must have value greater than or equal to 1", *in.Limit)
 	}
-	if in.ExpressionAttributeNames != nil && len(in.ExpressionAttributeNames) == 0 ||
-		in.ExpressionAttributeValues != nil && len(in.ExpressionAttributeValues) == 0 {
-		return nil, validation("ExpressionAttributeNames and ExpressionAttributeValues must not be empty")
+	env, err := newExprEnv(in.ExpressionAttributeNames, in.ExpressionAttributeValues)
+	if err != nil {
+		return nil, err
 	}
-	env := &exprEnv{names: in.ExpressionAttributeNames, values: in.ExpressionAttributeValues,
-		usedNames: map[string]bool{}, usedVals: map[string]bool{}}
 	var filter condFn
 	if in.FilterExpression != nil {
 		f, err := parseCondition(aws.ToString(in.FilterExpression), env)
@@ -378,4 +374,14 @@ func copyValue(v types.AttributeValue) types.AttributeValue {
 		return &types.AttributeValueMemberM{Value: copyItem(x.Value)}
 	}
 	return v
+}
+
+// newExprEnv checks a request's expression attribute names and values as
+// DynamoDB does (either, if present, must not be empty) and returns the
+// environment its expressions are parsed in.
+func newExprEnv(names map[string]string, values map[string]types.AttributeValue) (*exprEnv, error) {
+	if names != nil && len(names) == 0 || values != nil && len(values) == 0 {
+		return nil, validation("ExpressionAttributeNames and ExpressionAttributeValues must not be empty")
+	}
+	return &exprEnv{names: names, values: values, usedNames: map[string]bool{}, usedVals: map[string]bool{}}, nil
 }

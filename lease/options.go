@@ -102,15 +102,7 @@ var tableName = regexp.MustCompile(`^[a-zA-Z0-9_.-]{3,255}$`)
 
 // Validate reports every problem with o (joined), or nil.
 func (o *Options) Validate() error {
-	var errs []error
-	if !tableName.MatchString(o.Table) {
-		errs = append(errs, fmt.Errorf("lease: table name %q must be 3 to 255 characters of a-z, A-Z, 0-9, '_', '-', '.'", o.Table))
-	}
-	if o.Job == "" {
-		errs = append(errs, errors.New("lease: job name is empty"))
-	} else if len(o.Job) > 1000 || !utf8.ValidString(o.Job) {
-		errs = append(errs, fmt.Errorf("lease: job name %q must be at most 1,000 bytes of UTF-8", o.Job))
-	}
+	errs := checkTableAndJob(o.Table, o.Job)
 	if o.KeyGroupFrom < 0 || o.KeyGroupTo > KeyGroups || o.KeyGroupFrom >= o.KeyGroupTo {
 		errs = append(errs, fmt.Errorf("lease: key groups [%d, %d) must be a non-empty range within [0, %d)", o.KeyGroupFrom, o.KeyGroupTo, KeyGroups))
 	}
@@ -171,3 +163,18 @@ func (c systemClock) Now() time.Duration { return time.Since(c.origin) }
 func (systemClock) Wall() time.Time      { return time.Now() }
 
 func (systemClock) Sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, d) }
+
+// checkTableAndJob reports the problems with a lease table's name and a
+// job's name, which every lease item's key starts with.
+func checkTableAndJob(table, job string) []error {
+	var errs []error
+	if !tableName.MatchString(table) {
+		errs = append(errs, fmt.Errorf("lease: table name %q must be 3 to 255 characters of a-z, A-Z, 0-9, '_', '-', '.'", table))
+	}
+	if job == "" {
+		errs = append(errs, errors.New("lease: job name is empty"))
+	} else if len(job) > 1000 || !utf8.ValidString(job) {
+		errs = append(errs, fmt.Errorf("lease: job name %q must be at most 1,000 bytes of UTF-8", job))
+	}
+	return errs
+}

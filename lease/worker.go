@@ -84,15 +84,7 @@ func (o *WorkerOptions) EnsureDefaults() *WorkerOptions {
 
 // Validate reports every problem with o (joined), or nil.
 func (o *WorkerOptions) Validate() error {
-	var errs []error
-	if !tableName.MatchString(o.Table) {
-		errs = append(errs, fmt.Errorf("lease: table name %q must be 3 to 255 characters of a-z, A-Z, 0-9, '_', '-', '.'", o.Table))
-	}
-	if o.Job == "" {
-		errs = append(errs, errors.New("lease: job name is empty"))
-	} else if len(o.Job) > 1000 || !utf8.ValidString(o.Job) {
-		errs = append(errs, fmt.Errorf("lease: job name %q must be at most 1,000 bytes of UTF-8", o.Job))
-	}
+	errs := checkTableAndJob(o.Table, o.Job)
 	if o.ID == "" || len(o.ID) > 480 || !utf8.ValidString(o.ID) {
 		errs = append(errs, fmt.Errorf("lease: worker id %q must be 1 to 480 bytes of UTF-8", o.ID))
 	}

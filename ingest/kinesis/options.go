@@ -196,7 +196,7 @@ func (o *Options) Validate() error {
 	case ReadEFO:
 		if o.Consumer == "" {
 			bad("read %s needs a consumer name", ReadEFO)
-		} else if !validConsumer(o.Consumer) {
+		} else if !ValidConsumerName(o.Consumer) {
 			bad("consumer name %q: want 1 to 128 letters, digits, '_', '.' or '-'", o.Consumer)
 		}
 	default:
@@ -220,8 +220,9 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validConsumer reports whether n is a consumer name the service accepts.
-func validConsumer(n string) bool {
+// ValidConsumerName reports whether n is a consumer name the service
+// accepts: 1 to 128 characters of a-z, A-Z, 0-9, '_', '.', '-'.
+func ValidConsumerName(n string) bool {
 	if n == "" || len(n) > 128 {
 		return false
 	}

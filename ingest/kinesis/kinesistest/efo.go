@@ -20,6 +20,8 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/eventstream"
 	"github.com/aws/smithy-go/transport/http/protocol/awsjson"
+
+	ikinesis "github.com/adclick/adclick/ingest/kinesis"
 )
 
 // Enhanced fan-out in the fake: registered consumers and SubscribeToShard.
@@ -120,18 +122,6 @@ func (f *Fake) streamByARN(arn *string) (*fstream, error) {
 	return f.stream(&name)
 }
 
-func validConsumerName(n string) bool {
-	if n == "" || len(n) > 128 {
-		return false
-	}
-	for _, c := range n {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // RegisterStreamConsumer registers a consumer, CREATING for
 // ConsumerActivation. A name already registered on the stream is
 // ResourceInUseException; more than 20 consumers, or 5 CREATING, on a
@@ -145,7 +135,7 @@ func (f *Fake) RegisterStreamConsumer(_ context.Context, in *kinesis.RegisterStr
 		return nil, err
 	}
 	name := aws.ToString(in.ConsumerName)
-	if !validConsumerName(name) {
+	if !ikinesis.ValidConsumerName(name) {
 		return nil, invalid("ConsumerName %q: want 1 to 128 of [a-zA-Z0-9_.-]", name)
 	}
 	now := time.Now()
