@@ -28,6 +28,22 @@ func newKinesisClient(ctx context.Context) (*awskinesis.Client, error) {
 	return kinesis.NewClient(cfg), nil
 }
 
+// kinesisReadFlags refuses a --kinesis-read and --kinesis-consumer pair
+// the source would refuse at open, as a usage error before anything runs.
+func kinesisReadFlags(o kinesis.Options) error {
+	switch {
+	case o.Read != kinesis.ReadPoll && o.Read != kinesis.ReadEFO:
+		return usageError{fmt.Errorf("--kinesis-read %q: want %s or %s", o.Read, kinesis.ReadPoll, kinesis.ReadEFO)}
+	case o.Read == kinesis.ReadEFO && o.Consumer == "":
+		return usageError{fmt.Errorf("--kinesis-read %s needs --kinesis-consumer NAME: a consumer belongs to one job", kinesis.ReadEFO)}
+	case o.Read == kinesis.ReadPoll && o.Consumer != "":
+		return usageError{fmt.Errorf("--kinesis-consumer %q is only used with --kinesis-read %s", o.Consumer, kinesis.ReadEFO)}
+	case o.Consumer != "" && !kinesis.ValidConsumerName(o.Consumer):
+		return usageError{fmt.Errorf("--kinesis-consumer %q: want 1 to 128 letters, digits, '_', '.' or '-'", o.Consumer)}
+	}
+	return nil
+}
+
 // parseStartAt parses --start-at: trim_horizon, latest or an RFC 3339 time.
 func parseStartAt(v string, o *kinesis.Options) error {
 	switch strings.ToLower(v) {

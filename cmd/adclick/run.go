@@ -76,6 +76,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cfg.Source, "source", "gen", "gen (built-in generator, real time), file:PATH (JSON Lines replay) or kinesis:STREAM")
 	startAt := fs.String("start-at", "trim_horizon", "Kinesis: where shards without a checkpointed position start: trim_horizon, latest or an RFC 3339 time")
 	kinesisLimit := fs.Int("kinesis-limit", 10000, "Kinesis: records per GetRecords call (at most 10,000)")
+	kinesisRead := fs.String("kinesis-read", kinesis.ReadPoll, "Kinesis: how shards are read: poll (GetRecords, 5 calls/s and 2 MiB/s per shard shared by every reader of the stream) or efo (enhanced fan-out: SubscribeToShard through --kinesis-consumer, 2 MiB/s per shard of its own)")
+	kinesisConsumer := fs.String("kinesis-consumer", "", "with --kinesis-read efo: the stream consumer to read through, registered if missing; one job's own (two jobs on one consumer take each other's subscriptions over)")
 	fs.DurationVar(&cfg.ExitWhenIdle, "exit-when-idle", 0, "stop (with a final checkpoint) once the source is caught up and no record came for this long (0 = never)")
 	fs.BoolVar(&cfg.Drain, "drain", false, "on stop, advance the watermark to the end of time first so every open window fires and is written (decommissioning, tests)")
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the HTTP API (empty = no HTTP server)")
@@ -144,8 +146,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case kind == "file" && name != "":
 		cfg.OpenSource = source.File(name)
 	case kind == "kinesis" && name != "":
-		ko := kinesis.Options{Stream: name, Limit: int32(*kinesisLimit)}
+		ko := kinesis.Options{Stream: name, Limit: int32(*kinesisLimit), Read: *kinesisRead, Consumer: *kinesisConsumer}
 		if err := parseStartAt(*startAt, &ko); err != nil {
+			return err
+		}
+		if err := kinesisReadFlags(ko); err != nil {
 			return err
 		}
 		api, err := newKinesisClient(ctx)
