@@ -28,6 +28,16 @@
 //
 // The Parquet schema is in Row; SchemaDoc describes it for the README.
 //
+// Known limitation: the page index of the string columns (verdict, ad_id,
+// campaign_id, shard, click_id, device_id, seq, raw) carries empty minimum
+// and maximum values, which a reader that prunes pages with the column
+// index takes as "every value is the empty string". The recount and DuckDB
+// do not prune with it; Spark (parquet-mr) and Trino/Athena do by default,
+// so filter on those columns there only with column-index filtering off
+// (parquet.filter.columnindex.enabled=false; Trino's
+// parquet_use_column_index=false). Filters on the int64 columns (the hour,
+// the epoch, the times, spend) are safe: their bounds are exact.
+//
 // # The recount
 //
 // Run recounts hours from the lake with the stream's own validation code

@@ -241,6 +241,10 @@ func (w *Writer) release() {
 	clear(w.hours)
 	w.hours = w.hours[:0]
 	w.last = nil
+	// Buffers grown by unusually long strings (a burst of invalid clicks
+	// with their raw payloads) are not kept: memory follows the rows, not
+	// the largest chunk ever seen.
+	w.free = slices.DeleteFunc(w.free, func(b *hourRows) bool { return b.capBytes() > keptBytesPerRow*w.spillRows() })
 	slices.SortFunc(w.free, func(a, b *hourRows) int { return cmp.Compare(a.capRows(), b.capRows()) })
 	total := 0
 	for _, b := range w.free {
@@ -349,6 +353,11 @@ func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
 	w.buffered = 0
 	return nil
 }
+
+// keptBytesPerRow bounds the string bytes of a free buffer kept for the
+// next chunk, per row of a chunk (SpillRows): about twice what the
+// benchmark trace's rows hold.
+const keptBytesPerRow = 128
 
 func (w *Writer) spillRows() int {
 	if w.SpillRows > 0 {

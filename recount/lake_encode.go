@@ -204,6 +204,15 @@ func (b *hourRows) add(r *latepath.Record) {
 // capRows returns how many rows b holds without growing.
 func (b *hourRows) capRows() int { return cap(b.ints[0]) }
 
+// capBytes returns how many bytes of strings b holds without growing.
+func (b *hourRows) capBytes() int {
+	n := 0
+	for i := range b.bytes {
+		n += cap(b.bytes[i].data)
+	}
+	return n
+}
+
 // reset empties b, keeping its buffers and its hour (the next chunk likely
 // has the same hours).
 func (b *hourRows) reset() {
@@ -238,6 +247,10 @@ type encoder struct {
 	dict    dictBuilder
 }
 
+// maxKeptObject is the largest object buffer an encoder keeps for the
+// next object.
+const maxKeptObject = 64 << 20
+
 // errPageTooLarge is returned for a page past Parquet's int32 sizes.
 var errPageTooLarge = fmt.Errorf("page larger than %d bytes", math.MaxInt32)
 
@@ -246,6 +259,11 @@ var errPageTooLarge = fmt.Errorf("page larger than %d bytes", math.MaxInt32)
 func (e *encoder) encode(b *hourRows, epoch int64) ([]byte, error) {
 	if e.enc == nil {
 		e.enc = thrift.NewEncoder(e.proto.NewWriter(&e.out))
+	}
+	if e.out.Cap() > maxKeptObject {
+		// One large object (a burst of invalid clicks with long raw
+		// payloads) does not keep its buffer for the writer's lifetime.
+		e.out = bytes.Buffer{}
 	}
 	e.out.Reset()
 	e.stats = e.stats[:0]

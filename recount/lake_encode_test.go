@@ -519,3 +519,47 @@ func TestEncoderPageOrders(t *testing.T) {
 		}
 	}
 }
+
+// A burst of invalid clicks with long raw payloads does not keep its
+// buffers once ordinary chunks follow: the writer's memory follows its
+// rows, not the largest chunk it ever wrote.
+func TestWriterBuffersShrinkAfterABurst(t *testing.T) {
+	const hour = 1_795_946_400_000 // 2026-11-29T10:00Z
+	rec := func(i int) latepath.Record {
+		ev := hour + int64(i%3_600_000)
+		return latepath.Record{Verdict: latepath.VerdictCounted, ClickID: "c" + strconv.Itoa(i), AdID: "ad_" + strconv.Itoa(i%97),
+			CampaignID: "k", DeviceID: "d", ImpressionMs: ev, DeviceMs: ev, EventMs: ev, ArrivalMs: ev + 5, SpendMicros: int64(i),
+			Shard: "S1", Seq: strconv.Itoa(i)}
+	}
+	st := newMemStore()
+	w, err := NewWriter(st, "source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.SpillRows = 20_000
+	raw := strings.Repeat("x", latepath.MaxRaw)
+	for i := range 20_000 {
+		r := rec(i)
+		r.Verdict, r.EventMs, r.Raw = latepath.InvalidPrefix+"malformed_json", 0, raw
+		w.Add(&r)
+	}
+	if err := w.Flush(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	for e := int64(2); e < 6; e++ {
+		for i := range 20_000 {
+			r := rec(i)
+			w.Add(&r)
+		}
+		if err := w.Flush(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := 0
+	for _, b := range append(w.hours, w.free...) {
+		kept += b.capBytes()
+	}
+	if limit := keptBytesPerRow * w.SpillRows; kept > limit {
+		t.Errorf("the writer keeps %d bytes of string buffers four chunks after a burst of long payloads; want at most %d", kept, limit)
+	}
+}

@@ -20,10 +20,12 @@ var ErrStopList = errors.New("recount: stop listing")
 
 // Store is the object store holding the lake. Keys are slash-separated
 // relative paths of safe characters (letters, digits, '-', '_', '.', '=',
-// '/'). Implementations: Folder (embedded mode) and S3 (AWS mode). All
-// methods are safe for concurrent use.
+// '/'). Implementations: Folder (embedded mode) and s3lake.Store (AWS
+// mode). All methods are safe for concurrent use.
 type Store interface {
-	// Put writes the object key, replacing any previous one.
+	// Put writes the object key, replacing any previous one. data is
+	// valid only until Put returns (the lake's writer reuses it for the
+	// next object): a store that writes later must copy it.
 	Put(ctx context.Context, key string, data []byte) error
 	// Get returns the object key; an error wrapping ErrNotFound if absent.
 	Get(ctx context.Context, key string) ([]byte, error)
