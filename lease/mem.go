@@ -201,13 +201,9 @@ func (m *Mem) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, _ ..
 	if err != nil {
 		return nil, err
 	}
-	var cond condFn
-	if in.ConditionExpression != nil {
-		c, err := parseCondition(aws.ToString(in.ConditionExpression), env)
-		if err != nil {
-			return nil, validation("invalid ConditionExpression: %v", err)
-		}
-		cond = c
+	cond, err := env.optionalCondition(in.ConditionExpression, "ConditionExpression")
+	if err != nil {
+		return nil, err
 	}
 	acts, err := parseUpdate(aws.ToString(in.UpdateExpression), env)
 	if err != nil {
@@ -288,13 +284,9 @@ func (m *Mem) Scan(ctx context.Context, in *dynamodb.ScanInput, _ ...func(*dynam
 	if err != nil {
 		return nil, err
 	}
-	var filter condFn
-	if in.FilterExpression != nil {
-		f, err := parseCondition(aws.ToString(in.FilterExpression), env)
-		if err != nil {
-			return nil, validation("invalid FilterExpression: %v", err)
-		}
-		filter = f
+	filter, err := env.optionalCondition(in.FilterExpression, "FilterExpression")
+	if err != nil {
+		return nil, err
 	}
 	if err := env.unused(); err != nil {
 		return nil, validation("%v", err)
@@ -384,4 +376,17 @@ func newExprEnv(names map[string]string, values map[string]types.AttributeValue)
 		return nil, validation("ExpressionAttributeNames and ExpressionAttributeValues must not be empty")
 	}
 	return &exprEnv{names: names, values: values, usedNames: map[string]bool{}, usedVals: map[string]bool{}}, nil
+}
+
+// optionalCondition parses the condition expression expr (nil: none, and
+// a nil condition), what naming it in a validation error.
+func (env *exprEnv) optionalCondition(expr *string, what string) (condFn, error) {
+	if expr == nil {
+		return nil, nil
+	}
+	c, err := parseCondition(*expr, env)
+	if err != nil {
+		return nil, validation("invalid %s: %v", what, err)
+	}
+	return c, nil
 }
