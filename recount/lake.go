@@ -471,7 +471,13 @@ func readObject(b []byte, rows []Row, fn func(*Row) error) error {
 // readObjectBatches reads the object b with the generic row reader into
 // rows, calling fn with each filled prefix.
 func readObjectBatches(b []byte, rows []Row, fn func([]Row) error) error {
-	r := parquet.NewGenericReader[Row](bytes.NewReader(b))
+	// Opened first: the generic reader panics on an object it cannot open
+	// (a damaged or truncated one), which must be an error instead.
+	f, err := parquet.OpenFile(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		return fmt.Errorf("not a readable Parquet object: %w", err)
+	}
+	r := parquet.NewGenericReader[Row](f)
 	defer r.Close()
 	for {
 		n, err := r.Read(rows)

@@ -563,3 +563,36 @@ func TestWriterBuffersShrinkAfterABurst(t *testing.T) {
 		t.Errorf("the writer keeps %d bytes of string buffers four chunks after a burst of long payloads; want at most %d", kept, limit)
 	}
 }
+
+// A damaged object is an error of the hour's read, not a panic.
+func TestReadHourDamagedObject(t *testing.T) {
+	const hour = 1_795_946_400_000 // 2026-11-29T10:00Z
+	st := newMemStore()
+	w, err := NewWriter(st, "preagg-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := writerObjects(t, w, st, randRecords(rand.New(rand.NewPCG(7, 7)), 500), 1)
+	var good []byte
+	for _, b := range objs {
+		good = b
+		break
+	}
+	for name, b := range map[string][]byte{
+		"truncated": good[:len(good)/2],
+		"garbage":   []byte("PAR1 not a footer PAR1"),
+		"empty":     {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := newMemStore()
+			key := HourPrefix(hour) + "part-x-e000000000001.parquet"
+			if err := st.Put(context.Background(), key, b); err != nil {
+				t.Fatal(err)
+			}
+			err := ReadHour(context.Background(), st, hour, func(*Row) error { return nil })
+			if err == nil || !strings.Contains(err.Error(), key) {
+				t.Errorf("read of a %s object: got %v, want an error naming %s", name, err, key)
+			}
+		})
+	}
+}
