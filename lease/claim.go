@@ -127,19 +127,14 @@ func (c *Claim) Check() error {
 	if !c.confirmed {
 		return fmt.Errorf("lease: %s not confirmed yet: %w", c.key, ErrLost)
 	}
-	if age := now - c.validFrom; age >= c.validity() {
-		return fmt.Errorf("lease: %s not renewed for %v (valid for %v after a renewal): %w", c.key, age, c.validity(), ErrLost)
-	}
-	return nil
+	return checkValidity(c.key, now, c.validFrom, c.validity())
 }
 
 // Guard returns a context derived from ctx that is also cancelled, with
 // the ErrLost error as its cause, once the lease ends: lost (as Run or
 // Renew find it), released or retired. Call cancel when the write is done.
 func (c *Claim) Guard(ctx context.Context) (context.Context, context.CancelFunc) {
-	gctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(c.ended, func() { cancel(context.Cause(c.ended)) })
-	return gctx, func() { stop(); cancel(context.Canceled) }
+	return guardUntil(ctx, c.ended)
 }
 
 // Lost returns a channel that is closed once the lease has ended; Check

@@ -301,10 +301,24 @@ func (l *Lease) Check() error {
 	if l.err != nil {
 		return l.err
 	}
-	if age := now - l.validFrom; age >= l.validity() {
-		return fmt.Errorf("lease: %s not renewed for %v (valid for %v after a renewal): %w", l.key, age, l.validity(), ErrLost)
+	return checkValidity(l.key, now, l.validFrom, l.validity())
+}
+
+// checkValidity returns nil while a lease last renewed at validFrom is
+// valid at now, and the ErrLost error of key once it is not.
+func checkValidity(key string, now, validFrom, validity time.Duration) error {
+	if age := now - validFrom; age >= validity {
+		return fmt.Errorf("lease: %s not renewed for %v (valid for %v after a renewal): %w", key, age, validity, ErrLost)
 	}
 	return nil
+}
+
+// guardUntil derives from ctx a context that is also cancelled, with
+// ended's cause, once ended ends; cancel it when the write is done.
+func guardUntil(ctx, ended context.Context) (context.Context, context.CancelFunc) {
+	gctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(ended, func() { cancel(context.Cause(ended)) })
+	return gctx, func() { stop(); cancel(context.Canceled) }
 }
 
 // Guard returns a context derived from ctx that is also cancelled, with
@@ -313,9 +327,7 @@ func (l *Lease) Check() error {
 // write under it, so that no write, retry or backoff outlives the lease.
 // Call cancel when the write is done.
 func (l *Lease) Guard(ctx context.Context) (context.Context, context.CancelFunc) {
-	gctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.ended, func() { cancel(context.Cause(l.ended)) })
-	return gctx, func() { stop(); cancel(context.Canceled) }
+	return guardUntil(ctx, l.ended)
 }
 
 // Lost returns a channel that is closed once the lease is lost or

@@ -184,9 +184,6 @@ func TestEncoderMatchesGenericWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	sizes := []int{1, 2, 63, 64, 65, 127, 128, 129, 1000, 5000, 40_000, 70_000}
-	if testing.Short() {
-		sizes = sizes[:10]
-	}
 	for i, n := range sizes {
 		rs := randRecords(rng, n)
 		epoch := int64(i + 1)
@@ -203,9 +200,6 @@ func TestEncoderMatchesGenericWriter(t *testing.T) {
 // for several pages in every column, including the dictionary columns
 // (64,256 rows a page), as the stream writes them.
 func TestEncoderOneHourLongChunk(t *testing.T) {
-	if testing.Short() {
-		t.Skip("long")
-	}
 	rs := benchRecords(200_000)
 	st := newMemStore()
 	w, err := NewWriter(st, "preagg-0")

@@ -145,9 +145,9 @@ type Source struct {
 
 // Open lists the stream's shards and starts reading those that may be read
 // now. With ReadEFO, before any reader starts, it finds the consumer
-// (registering it if it is missing) and waits until it is ACTIVE. The readers and the shard manager
-// run until Close; ctx is used for the first listing and the consumer only.
-// It fails if the stream does not exist.
+// (registering it if it is missing) and waits until it is ACTIVE. The
+// readers and the shard manager run until Close; ctx is used for the first
+// listing and the consumer only. It fails if the stream does not exist.
 func Open(ctx context.Context, api API, o Options) (*Source, error) {
 	o.EnsureDefaults()
 	if err := o.Validate(); err != nil {
