@@ -231,8 +231,9 @@ func (w *Writer) hourRows(h int64) *hourRows {
 }
 
 // release empties the hour buffers and keeps them for the next chunks: the
-// largest ones, as long as they hold at most two chunks' worth of rows (and
-// always the largest one).
+// largest ones, as long as they hold at most two chunks' worth of rows
+// (and always the largest one), except buffers grown by unusually long
+// strings.
 func (w *Writer) release() {
 	for _, b := range w.hours {
 		b.reset()
