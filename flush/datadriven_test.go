@@ -17,25 +17,28 @@ import (
 
 // TestDataDriven runs the scenario files in testdata/. Commands:
 //
-//	put writer=fast|late key=ad_7/M10:14 epoch=41 gen=7 valid=5 [spend=N] [restored=N]
+//	put writer=fast|late key=ad_7/M10:14 epoch=41 gen=7 valid=5 [spend=N] [restored=N] [scope=S]
 //	    a tagged write (with restored=N, a CLOSED-WINDOW WRITE); prints ok or refused
 //	final key=ad_7/H10 gen=7 valid=N [spend=N] [at=N]
 //	    a recount write
-//	set-total key=ad_7/M10:14 epoch=41 valid=N [spend=N]
+//	set-total key=ad_7/M10:14 epoch=41 valid=N [spend=N] [scope=S]
 //	    a running total as the job wrote it to the totals store
 //	state
 //	late ad_7/H10 valid=N [spend=N]
 //	total ad_7/M10:14 valid=N [spend=N]
 //	    replaces the restored state (late totals and running totals)
-//	flush c=41 high=43 gen=7 [crash-after=N] [no-totals]
+//	flush c=41 high=43 gen=7 [crash-after=N] [no-totals] [scope=S]
 //	    runs Full; with crash-after, every write after the first N fails
-//	sweep gen=7 since=51 high=54 [crash-after=N]
+//	sweep gen=7 since=51 high=54 [crash-after=N] [scope=S]
 //	    runs Sweep
 //	table
 //	    prints every item
-//	totals
+//	totals [scope=S]
 //	    prints every running total the test has named, and the epoch
 //	    bookkeeping of epochs 0..99
+//
+// scope=S runs the command through the stores' views with index scope S
+// (a range pipeline's); without it, through the stores themselves.
 //
 // Keys use the story's day: M10:14 is minute 2026-11-29T10:14Z, H10 hour
 // 2026-11-29T10Z.
@@ -84,7 +87,11 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		if p.Key, err = parseKey(key); err != nil {
 			return "", err
 		}
-		refused, err := h.rows.Put(ctx, []sink.Put{p})
+		rows, err := h.rowsIn(t, d)
+		if err != nil {
+			return "", err
+		}
+		refused, err := rows.Put(ctx, []sink.Put{p})
 		if err != nil {
 			return "", err
 		}
@@ -127,7 +134,11 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		}
 		tot.Ad, tot.StartMs, tot.Hour = k.Ad, k.StartMs, k.Hour
 		h.known[k] = true
-		if err := h.totals.SetTotals(ctx, []sink.Total{tot}); err != nil {
+		totals, err := h.totalsIn(t, d)
+		if err != nil {
+			return "", err
+		}
+		if err := totals.SetTotals(ctx, []sink.Total{tot}); err != nil {
 			return "", err
 		}
 		return "ok\n", nil
@@ -149,11 +160,19 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		d.ScanArgs(t, "c", &o.Restored)
 		d.ScanArgs(t, "high", &o.High)
 		d.ScanArgs(t, "gen", &o.Gen)
-		var totals sink.Totals = h.totals
+		view, err := h.rowsIn(t, d)
+		if err != nil {
+			return "", err
+		}
+		tv, err := h.totalsIn(t, d)
+		if err != nil {
+			return "", err
+		}
+		var totals sink.Totals = tv
 		if d.HasArg("no-totals") {
 			totals = nil
 		}
-		cnt := &counting{Rows: h.rows}
+		cnt := &counting{Rows: view}
 		var rows sink.Rows = cnt
 		if d.HasArg("crash-after") {
 			var n int
@@ -172,23 +191,59 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		d.ScanArgs(t, "gen", &o.Gen)
 		d.ScanArgs(t, "since", &o.Since)
 		d.ScanArgs(t, "high", &o.High)
-		cnt := &counting{Rows: h.rows}
+		view, err := h.rowsIn(t, d)
+		if err != nil {
+			return "", err
+		}
+		tv, err := h.totalsIn(t, d)
+		if err != nil {
+			return "", err
+		}
+		cnt := &counting{Rows: view}
 		var rows sink.Rows = cnt
 		if d.HasArg("crash-after") {
 			var n int
 			d.ScanArgs(t, "crash-after", &n)
 			rows = crashingRows{Rows: cnt, b: newBudget(n)}
 		}
-		rep, err := Sweep(ctx, rows, h.totals, o)
+		rep, err := Sweep(ctx, rows, tv, o)
 		return formatRun(rep, cnt, err), nil
 
 	case "table":
 		return dumpRows(t, h.rows), nil
 
 	case "totals":
-		return h.dumpTotals(t), nil
+		totals, err := h.totalsIn(t, d)
+		if err != nil {
+			return "", err
+		}
+		return h.dumpTotals(t, totals), nil
 	}
 	return "", fmt.Errorf("unknown command %q", d.Cmd)
+}
+
+// scopeArg returns the command's scope=S, "" without one.
+func scopeArg(t *testing.T, d *datadriven.TestData) string {
+	var scope string
+	d.MaybeScanArgs(t, "scope", &scope)
+	return scope
+}
+
+// rowsIn returns the row store's view with the command's scope, or the
+// store itself without one.
+func (h *harness) rowsIn(t *testing.T, d *datadriven.TestData) (*sinktest.MemRows, error) {
+	if scope := scopeArg(t, d); scope != "" {
+		return h.rows.Scoped(scope)
+	}
+	return h.rows, nil
+}
+
+// totalsIn is rowsIn for the totals store.
+func (h *harness) totalsIn(t *testing.T, d *datadriven.TestData) (*sinktest.MemTotals, error) {
+	if scope := scopeArg(t, d); scope != "" {
+		return h.totals.Scoped(scope)
+	}
+	return h.totals, nil
 }
 
 func (h *harness) stateLine(line string) error {
@@ -238,7 +293,7 @@ func (h *harness) stateLine(line string) error {
 	return nil
 }
 
-func (h *harness) dumpTotals(t *testing.T) string {
+func (h *harness) dumpTotals(t *testing.T, totals sink.Totals) string {
 	ctx := context.Background()
 	keys := make([]sink.TotalKey, 0, len(h.known))
 	for k := range h.known {
@@ -247,7 +302,7 @@ func (h *harness) dumpTotals(t *testing.T) string {
 	slices.SortFunc(keys, compareTotalKeys)
 	var sb strings.Builder
 	for _, k := range keys {
-		tot, ok, err := h.totals.GetTotal(ctx, k)
+		tot, ok, err := totals.GetTotal(ctx, k)
 		if err != nil {
 			t.Fatalf("get total: %v", err)
 		}
@@ -259,7 +314,7 @@ func (h *harness) dumpTotals(t *testing.T) string {
 	}
 	for e := int64(0); e < 100; e++ {
 		var names []string
-		err := h.totals.TotalsWritten(ctx, e, func(k sink.TotalKey) error {
+		err := totals.TotalsWritten(ctx, e, func(k sink.TotalKey) error {
 			names = append(names, totalName(k))
 			return nil
 		})

@@ -85,7 +85,9 @@ var writers = sink.TaggedWriters
 //
 //  1. For every epoch e in [c, o.High], every index shard n in
 //     0..sink.IndexShards-1 and each writer w (Fast, Late), it queries w's
-//     tag index for "e#n" and applies Decide to each item: minute items are
+//     tag index for "e#n" (in the scope of rows, when rows is a store's
+//     view with an index scope, such as a range pipeline's: then only that
+//     scope's writes are found) and applies Decide to each item: minute items are
 //     deleted (or only stripped of fast_* if they carry other attributes);
 //     late totals and the fast roll-ups of hour items are rewritten from st
 //     with tag c and generation o.Gen, or removed where st holds none. Deletes and removes
@@ -97,7 +99,8 @@ var writers = sink.TaggedWriters
 //     restore from c or earlier has to find it); every key recorded under
 //     an epoch in [c, o.High] that ts lacks is deleted; and only then the
 //     bookkeeping of epochs (c, o.High] is dropped, since every key in it
-//     has by then been rewritten under c or deleted.
+//     has by then been rewritten under c or deleted. When totals is a view
+//     with an index scope, all of this bookkeeping is that scope's.
 //
 // Every write goes through a token bucket of o.WritesPerSec. Row-store calls
 // that fail with a transient error (IsTransient) are retried with backoff
@@ -155,8 +158,12 @@ type fullRun struct {
 	st  State
 }
 
-// item applies the flush to writer w's attributes on it.
+// item applies the flush to writer w's attributes on it, an item the tag
+// index query returned.
 func (f *fullRun) item(ctx context.Context, it sink.Item, w sink.Writer) error {
+	// The query returned it under the row store's scoped key, so its key
+	// tells the scope the store writes in (sink.Rows.QueryIndex).
+	scope, _ := sink.SplitIndexKey(it.Attrs(w).Ix)
 	for attempt := 1; ; attempt++ {
 		if a := it.Attrs(w); a.Present && a.Ckpt >= f.c && a.Gen > f.gen {
 			f.rep.Fenced++
@@ -168,7 +175,7 @@ func (f *fullRun) item(ctx context.Context, it sink.Item, w sink.Writer) error {
 		case Keep:
 			return nil
 		case RewriteLate, RewriteFast:
-			if upToDate(it, act, f.gen) {
+			if upToDate(it, act, f.gen, scope) {
 				return nil
 			}
 			if err := f.lim.take(ctx, 1); err != nil {

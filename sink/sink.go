@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -70,7 +71,7 @@ type Tagged struct {
 	Valid       int64
 	SpendMicros int64
 	Ckpt        int64  // <w>_ckpt: the epoch (last barrier passed) of the write
-	Ix          string // <w>_ix: IndexKey(Ckpt, key)
+	Ix          string // <w>_ix: IndexKeyIn(scope, Ckpt, key), scope that of the store view that wrote it
 	Gen         int64  // <w>_gen: the job generation of the write
 }
 
@@ -162,6 +163,68 @@ func IndexKey(epoch int64, k Key) string {
 // IndexKeyOf returns "<epoch>#<shard>".
 func IndexKeyOf(epoch int64, shard int) string {
 	return strconv.FormatInt(epoch, 10) + "#" + strconv.Itoa(shard)
+}
+
+// MaxScopeLen is the longest index scope ValidateScope accepts.
+const MaxScopeLen = 32
+
+// An index scope keeps the tag index and the totals' epoch bookkeeping of
+// one range pipeline apart from those of the others sharing the same table
+// and the same Valkey: each range numbers its own epochs, so two ranges
+// write the same "<epoch>#<shard>", and a range's flush after a restore
+// must find only its own writes. A scope is 1 to MaxScopeLen characters of
+// a-z, A-Z, 0-9, '.', '_' and '-', starting with a letter or a digit, such
+// as "kg0-16". The empty scope is the unscoped layout, byte for byte the
+// one written before scopes existed.
+//
+// A store's view with a scope (the adapters' Scoped methods) writes and
+// queries the scoped index key (ScopedIndexKey) and keeps its own epoch
+// sets; the rows, the totals and everything else stay shared. Callers keep
+// passing unscoped keys (IndexKeyOf) to QueryIndex.
+
+// ValidateScope returns nil if scope is a valid index scope or "".
+func ValidateScope(scope string) error {
+	if len(scope) > MaxScopeLen {
+		return fmt.Errorf("sink: scope %q is longer than %d characters", scope, MaxScopeLen)
+	}
+	for i := 0; i < len(scope); i++ {
+		c := scope[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		switch {
+		case alnum:
+		case i == 0:
+			return fmt.Errorf("sink: scope %q must start with a letter or a digit", scope)
+		case c != '.' && c != '_' && c != '-':
+			return fmt.Errorf("sink: scope %q has %q; want only a-z, A-Z, 0-9, '.', '_' and '-'", scope, c)
+		}
+	}
+	return nil
+}
+
+// ScopedIndexKey returns the tag-index key ix ("<epoch>#<shard>") in scope:
+// "<scope>/<epoch>#<shard>", or ix itself when scope is "". An unscoped key
+// never contains '/' and a scope never does, so a scoped key never equals
+// an unscoped one or one of another scope.
+func ScopedIndexKey(scope, ix string) string {
+	if scope == "" {
+		return ix
+	}
+	return scope + "/" + ix
+}
+
+// IndexKeyIn returns the tag-index key of a write of k tagged with epoch by
+// a store view with scope: ScopedIndexKey(scope, IndexKey(epoch, k)).
+func IndexKeyIn(scope string, epoch int64, k Key) string {
+	return ScopedIndexKey(scope, IndexKey(epoch, k))
+}
+
+// SplitIndexKey splits a stored tag-index key into its scope ("" for an
+// unscoped key) and its unscoped key "<epoch>#<shard>".
+func SplitIndexKey(ix string) (scope, key string) {
+	if i := strings.IndexByte(ix, '/'); i >= 0 {
+		return ix[:i], ix[i+1:]
+	}
+	return "", ix
 }
 
 // MinuteBucket returns the bucket of the minute starting at startMs (UTC),
@@ -356,7 +419,9 @@ func (t Total) Key() TotalKey { return TotalKey{Ad: t.Ad, StartMs: t.StartMs, Ho
 // UpdateItem/DeleteItem conditions are.
 type Rows interface {
 	// Put applies tagged writes (SET of one writer's attributes, its tag,
-	// its index key, its generation and job_gen). A write refused by its
+	// its index key, its generation and job_gen). The index key is
+	// IndexKeyIn(scope, epoch, key), scope that of the store view ("" for
+	// the store itself). A write refused by its
 	// condition is counted in refused and not retried; err reports only
 	// failures that remain after the adapter's own retries.
 	Put(ctx context.Context, puts []Put) (refused int, err error)
@@ -366,7 +431,8 @@ type Rows interface {
 	Get(ctx context.Context, k Key) (it Item, ok bool, err error)
 	// QueryIndex calls fn for every item whose <w>_ix equals ix (the tag
 	// index, "<epoch>#<shard>"), following pagination to the end. w is Fast
-	// or Late.
+	// or Late. A store view with a scope queries ScopedIndexKey(scope, ix):
+	// ix is always given unscoped.
 	QueryIndex(ctx context.Context, w Writer, ix string, fn func(Item) error) error
 	// Remove removes w's attributes (<w>_valid, <w>_spend_micros,
 	// <w>_ckpt, <w>_ix, <w>_gen) from k, on condition that <w>_ckpt still
@@ -391,6 +457,10 @@ type Rows interface {
 
 // Totals is the running-total store for dashboards (sink/valkey, and the
 // embedded store). All methods are safe for concurrent use.
+//
+// The totals themselves are shared by every view of a store; the epoch
+// bookkeeping (SetTotals' records, TotalsWritten, ForgetEpochs, and the
+// records DeleteTotals forgets) belongs to the view's scope.
 type Totals interface {
 	// SetTotals writes absolute totals and records each key under its
 	// epoch, so that the flush can find what was written since a checkpoint.

@@ -56,6 +56,12 @@
 // looks for, and its own Remove/Delete carry ckpt conditions, so a stale
 // index entry cannot make it change the wrong value.
 //
+// Range pipelines sharing the table each write through a view with an
+// index scope (Store.Scoped): the view's tag index keys are
+// "<scope>/<epoch>#<shard>" (sink.ScopedIndexKey), in the same two GSIs, so
+// a range's flush queries only what it wrote, whatever epoch numbers the
+// other ranges use. The unscoped store keeps "<epoch>#<shard>".
+//
 // A Store is safe for concurrent use. It bounds the requests it has in
-// flight at once (Options.MaxInFlight), across all calls.
+// flight at once (Options.MaxInFlight), across all calls and all its views.
 package dynamo

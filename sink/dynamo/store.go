@@ -31,13 +31,14 @@ type API interface {
 var _ API = (*dynamodb.Client)(nil)
 
 // Store is the ad_metrics table on DynamoDB, a sink.Rows. It is safe for
-// concurrent use.
+// concurrent use. A Store may be a view with an index scope (Scoped).
 type Store struct {
-	api API
-	o   Options
-	m   *metrics
-	sem chan struct{} // one token per request in flight
-	ex  map[sink.Writer]*writerExprs
+	api   API
+	o     Options
+	m     *metrics
+	sem   chan struct{} // one token per request in flight
+	ex    map[sink.Writer]*writerExprs
+	scope string // the index scope (sink.ValidateScope); "" unscoped
 }
 
 var _ sink.Rows = (*Store)(nil)
@@ -128,6 +129,25 @@ func New(client API, o Options) (*Store, error) {
 // Table returns the table name.
 func (s *Store) Table() string { return s.o.Table }
 
+// Scoped returns a view of the store with the index scope scope (see
+// sink.ValidateScope): its Put writes <w>_ix = sink.IndexKeyIn(scope, ...)
+// and its QueryIndex(w, ix) queries sink.ScopedIndexKey(scope, ix), so a
+// range pipeline's flush finds only its own writes. Everything else (the
+// table, the client, Options.MaxInFlight, the metrics) is shared with s.
+// Scope "" gives the unscoped layout; the scope of a view does not nest:
+// s.Scoped(a).Scoped(b) is s.Scoped(b).
+func (s *Store) Scoped(scope string) (*Store, error) {
+	if err := sink.ValidateScope(scope); err != nil {
+		return nil, fmt.Errorf("dynamo: %w", err)
+	}
+	v := *s
+	v.scope = scope
+	return &v, nil
+}
+
+// Scope returns the store's index scope, "" when unscoped.
+func (s *Store) Scope() string { return s.scope }
+
 func (s *Store) exprs(op string, w sink.Writer) (*writerExprs, error) {
 	e, ok := s.ex[w]
 	if !ok {
@@ -183,7 +203,7 @@ func (s *Store) putInput(p *sink.Put) *dynamodb.UpdateItemInput {
 		":v":  num(p.Valid),
 		":s":  num(p.SpendMicros),
 		":c":  num(p.Epoch),
-		":ix": str(sink.IndexKey(p.Epoch, p.Key)),
+		":ix": str(sink.IndexKeyIn(s.scope, p.Epoch, p.Key)),
 		":g":  num(p.Gen),
 		":bs": str(BucketShardKey(p.Bucket, p.Entity)),
 	}
@@ -324,14 +344,15 @@ func (s *Store) Get(ctx context.Context, k sink.Key) (sink.Item, bool, error) {
 	return it, true, nil
 }
 
-// QueryIndex queries w's tag index (the GSI fast_ix or late_ix) for ix and
-// calls fn for every item, page after page. Index reads are eventually
-// consistent. fn runs while no request of this call is in flight, so it may
-// call the Store.
+// QueryIndex queries w's tag index (the GSI fast_ix or late_ix) for ix, in
+// the store's scope (sink.ScopedIndexKey), and calls fn for every item,
+// page after page. Index reads are eventually consistent. fn runs while no
+// request of this call is in flight, so it may call the Store.
 func (s *Store) QueryIndex(ctx context.Context, w sink.Writer, ix string, fn func(sink.Item) error) error {
 	if _, err := s.exprs("query index", w); err != nil {
 		return err
 	}
+	ix = sink.ScopedIndexKey(s.scope, ix)
 	var start map[string]types.AttributeValue
 	for {
 		var out *dynamodb.QueryOutput

@@ -66,6 +66,14 @@ func TestConformanceDynalite(t *testing.T) {
 	sinktest.Rows(t, func(t *testing.T) sink.Rows { return freshStore(t, client, Options{}) })
 }
 
+func TestScopedConformanceDynalite(t *testing.T) {
+	client := localClient(t)
+	sinktest.ScopedRows(t, func(t *testing.T) (sink.Rows, func(string) (sink.Rows, error)) {
+		s := freshStore(t, client, Options{})
+		return s, func(scope string) (sink.Rows, error) { return s.Scoped(scope) }
+	})
+}
+
 func TestCreateTableIdempotent(t *testing.T) {
 	client := localClient(t)
 	s := freshStore(t, client, Options{})

@@ -923,3 +923,63 @@ func TestNewClient(t *testing.T) {
 		t.Fatalf("a caller's own HTTP client was replaced by %T", c.Options().HTTPClient)
 	}
 }
+
+// TestScopedRequests checks what a view with a scope sends: Put writes the
+// scoped index key, QueryIndex asks for the scoped form of the key it is
+// given, and the views share the store's in-flight bound.
+func TestScopedRequests(t *testing.T) {
+	ixOf := func(in *dynamodb.UpdateItemInput) string {
+		return in.ExpressionAttributeValues[":ix"].(*types.AttributeValueMemberS).Value
+	}
+	f := &fakeAPI{
+		update: func(context.Context, *dynamodb.UpdateItemInput) error { return nil },
+		query: func(context.Context, *dynamodb.QueryInput) (*dynamodb.QueryOutput, error) {
+			return &dynamodb.QueryOutput{}, nil
+		},
+	}
+	s := newStore(t, f, Options{Table: "tbl"})
+	a, err := s.Scoped("kg0-16")
+	if err != nil {
+		t.Fatalf("Scoped: %v", err)
+	}
+	b, err := s.Scoped("kg17-33")
+	if err != nil {
+		t.Fatalf("Scoped: %v", err)
+	}
+	none, err := a.Scoped("")
+	if err != nil {
+		t.Fatalf("Scoped(\"\"): %v", err)
+	}
+	if a.Scope() != "kg0-16" || none.Scope() != "" || s.Scope() != "" {
+		t.Fatalf("scopes %q %q %q, want kg0-16, \"\", \"\"", a.Scope(), none.Scope(), s.Scope())
+	}
+	if a.sem != s.sem || a.m != s.m || a.api != s.api {
+		t.Fatal("a view does not share the store's client, metrics and in-flight bound")
+	}
+	ix := sink.IndexKey(41, k1)
+	for _, c := range []struct {
+		st   *Store
+		want string
+	}{{s, ix}, {none, ix}, {a, "kg0-16/" + ix}, {b, "kg17-33/" + ix}} {
+		f.mu.Lock()
+		f.updates, f.queries = nil, nil
+		f.mu.Unlock()
+		if _, err := c.st.Put(context.Background(), []sink.Put{{Key: k1, Writer: sink.Fast, Valid: 1, Epoch: 41, Gen: 7}}); err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+		if got := ixOf(f.updates[0]); got != c.want {
+			t.Errorf("scope %q: Put writes fast_ix %q, want %q", c.st.Scope(), got, c.want)
+		}
+		if err := c.st.QueryIndex(context.Background(), sink.Fast, ix, func(sink.Item) error { return nil }); err != nil {
+			t.Fatalf("QueryIndex: %v", err)
+		}
+		if got := f.queries[0].ExpressionAttributeValues[":ix"].(*types.AttributeValueMemberS).Value; got != c.want {
+			t.Errorf("scope %q: QueryIndex(%q) asks for %q, want %q", c.st.Scope(), ix, got, c.want)
+		}
+	}
+	for _, bad := range []string{"kg/1", "kg#1", "kg:1", "{kg}"} {
+		if v, err := s.Scoped(bad); err == nil || !strings.HasPrefix(err.Error(), "dynamo: ") {
+			t.Errorf("Scoped(%q) = %v, %v; want a dynamo: error", bad, v, err)
+		}
+	}
+}

@@ -50,8 +50,14 @@
 //	't' esc(ad) hour int64(startMs)                → total
 //	'e' int64(epoch) esc(ad) hour int64(startMs)   → empty: total written in epoch
 //	'r' esc(ad) hour int64(startMs) int64(epoch)   → empty: reverse of 'e'
+//	'E' esc(scope) int64(epoch) esc(ad) hour int64(startMs)   → empty: 'e' of a scope
+//	'R' esc(scope) esc(ad) hour int64(startMs) int64(epoch)   → empty: 'r' of a scope
 //
-// writer is the sink.Writer byte (1 fast, 2 late) and hour is 0 or 1. Items
+// writer is the sink.Writer byte (1 fast, 2 late) and hour is 0 or 1.
+// A view with an index scope (Store.Scoped) writes ix =
+// "<scope>/<epoch>#<shard>" (sink.ScopedIndexKey) in its items and 'x'
+// entries, and keeps its epoch records under 'E' and 'R'; the unscoped
+// store writes "<epoch>#<shard>" and 'e' and 'r', as before scopes. Items
 // therefore iterate in (entity, bucket) order, which ScanOrdered relies on,
 // and QueryIndex(w, ix) is a prefix scan over 'x' writer esc(ix): its cost is
 // proportional to the number of matches, not to the size of the table. The

@@ -18,6 +18,9 @@ const (
 	prefixBucket  = 'b'
 	prefixExpiry  = 'y'
 	prefixMeta    = 'm'
+	// The epoch records of a view with an index scope.
+	prefixScopedEpoch   = 'E'
+	prefixScopedReverse = 'R'
 )
 
 // metaBucketIndex marks a store whose bucket index is complete (written by
@@ -196,20 +199,38 @@ func totalKey(k sink.TotalKey) []byte {
 	return appendTotalKey([]byte{prefixTotal}, k)
 }
 
-func epochPrefix(epoch int64) []byte {
-	return appendInt64([]byte{prefixEpoch}, epoch)
+// epochSpace is the prefix of the epoch records of scope: 'e', or 'E'
+// esc(scope) for a scope other than "".
+func epochSpace(scope string) []byte {
+	if scope == "" {
+		return []byte{prefixEpoch}
+	}
+	return appendEsc([]byte{prefixScopedEpoch}, scope)
 }
 
-func epochKey(epoch int64, k sink.TotalKey) []byte {
-	return appendTotalKey(epochPrefix(epoch), k)
+// reverseSpace is epochSpace for the reverse records: 'r', or 'R'
+// esc(scope).
+func reverseSpace(scope string) []byte {
+	if scope == "" {
+		return []byte{prefixReverse}
+	}
+	return appendEsc([]byte{prefixScopedReverse}, scope)
 }
 
-func reversePrefix(k sink.TotalKey) []byte {
-	return appendTotalKey([]byte{prefixReverse}, k)
+func epochPrefix(scope string, epoch int64) []byte {
+	return appendInt64(epochSpace(scope), epoch)
 }
 
-func reverseKey(k sink.TotalKey, epoch int64) []byte {
-	return appendInt64(reversePrefix(k), epoch)
+func epochKey(scope string, epoch int64, k sink.TotalKey) []byte {
+	return appendTotalKey(epochPrefix(scope, epoch), k)
+}
+
+func reversePrefix(scope string, k sink.TotalKey) []byte {
+	return appendTotalKey(reverseSpace(scope), k)
+}
+
+func reverseKey(scope string, k sink.TotalKey, epoch int64) []byte {
+	return appendInt64(reversePrefix(scope, k), epoch)
 }
 
 const (

@@ -71,8 +71,16 @@ const (
 
 // Store is the embedded ad_metrics table and running-total store on Pebble.
 // It implements sink.Rows and sink.Totals. All methods are safe for
-// concurrent use.
+// concurrent use. A Store may be a view with an index scope (Scoped).
 type Store struct {
+	*store
+	scope string // the index scope (sink.ValidateScope); "" unscoped
+	view  bool   // made by Scoped: Close leaves the database open
+}
+
+// store is what a Store and its views share: the database, the locks, the
+// running totals not yet on disk, the metrics.
+type store struct {
 	db      *pebble.DB
 	noSync  bool
 	metrics *Metrics
@@ -135,8 +143,8 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open %s: %w", dir, err)
 	}
-	s := &Store{db: db, noSync: o.NoSync, metrics: m, seed: maphash.MakeSeed(), gate: pebbleutil.Gate{Closed: ErrClosed},
-		retention: o.Retention, clock: o.Clock}
+	s := &Store{store: &store{db: db, noSync: o.NoSync, metrics: m, seed: maphash.MakeSeed(), gate: pebbleutil.Gate{Closed: ErrClosed},
+		retention: o.Retention, clock: o.Clock}}
 	s.newest.Store(math.MinInt64)
 	if err := s.indexBuckets(); err != nil {
 		db.Close()
@@ -194,9 +202,32 @@ func (s *Store) indexBuckets() error {
 // Metrics returns the store's metrics.
 func (s *Store) Metrics() *Metrics { return s.metrics }
 
+// Scoped returns a view of the store with the index scope scope (see
+// sink.ValidateScope). The view's Put writes <w>_ix =
+// sink.IndexKeyIn(scope, ...) and its QueryIndex(w, ix) reads
+// sink.ScopedIndexKey(scope, ix); its SetTotals records keys in the
+// scope's own epoch records, which its TotalsWritten lists, its
+// ForgetEpochs drops and its DeleteTotals forgets the keys from. Items,
+// totals, the running totals not yet on disk, Sync, expiry and the metrics
+// are shared with s. Scope "" gives the unscoped layout; scopes do not
+// nest: s.Scoped(a).Scoped(b) is s.Scoped(b). Closing a view does nothing:
+// close the Store that Open returned.
+func (s *Store) Scoped(scope string) (*Store, error) {
+	if err := sink.ValidateScope(scope); err != nil {
+		return nil, fmt.Errorf("embedded: %w", err)
+	}
+	return &Store{store: s.store, scope: scope, view: true}, nil
+}
+
+// Scope returns the store's index scope, "" when unscoped.
+func (s *Store) Scope() string { return s.scope }
+
 // Close waits for running calls, syncs and closes the store. Later calls
-// return ErrClosed.
+// return ErrClosed. On a view (Scoped) it does nothing and returns nil.
 func (s *Store) Close() error {
+	if s.view {
+		return nil
+	}
 	// Refuse new calls and wait for running ones, then write the running
 	// totals still in memory: none can arrive after that.
 	if err := s.gate.Close(); err != nil {
@@ -358,7 +389,7 @@ func (s *Store) putOne(p sink.Put) (bool, error) {
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	ix := sink.IndexKey(p.Epoch, p.Key)
+	ix := sink.IndexKeyIn(s.scope, p.Epoch, p.Key)
 	if a.Present && a.Ix != ix {
 		_ = b.Delete(indexKey(p.Writer, a.Ix, p.Key), nil)
 		s.metrics.IndexEntries.WithLabelValues("removed").Inc()
@@ -473,11 +504,11 @@ func (s *Store) Get(ctx context.Context, k sink.Key) (sink.Item, bool, error) {
 	return it, true, nil
 }
 
-// QueryIndex calls fn for every item whose <w>_ix equals ix. It scans only the
-// index entries of (w, ix), so its cost is proportional to the number of
-// matches. fn may modify the store (the flush removes what it finds); an
-// item changed since the scan started is re-read and passed to fn only if it
-// still carries the tag.
+// QueryIndex calls fn for every item whose <w>_ix equals ix in the store's
+// scope (sink.ScopedIndexKey). It scans only the index entries of (w, ix),
+// so its cost is proportional to the number of matches. fn may modify the
+// store (the flush removes what it finds); an item changed since the scan
+// started is re-read and passed to fn only if it still carries the tag.
 func (s *Store) QueryIndex(ctx context.Context, w sink.Writer, ix string, fn func(sink.Item) error) error {
 	if err := validWriter(w); err != nil {
 		return err
@@ -486,6 +517,7 @@ func (s *Store) QueryIndex(ctx context.Context, w sink.Writer, ix string, fn fun
 		return err
 	}
 	defer s.gate.Leave()
+	ix = sink.ScopedIndexKey(s.scope, ix)
 	prefix := indexPrefix(w, ix)
 	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {

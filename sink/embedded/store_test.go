@@ -410,7 +410,7 @@ func TestDeleteTotalsForgetsEveryEpoch(t *testing.T) {
 		}
 	}
 	// No bookkeeping key of a is left anywhere.
-	for _, p := range [][]byte{reversePrefix(a), totalKey(a)} {
+	for _, p := range [][]byte{reversePrefix("", a), totalKey(a)} {
 		iter, _ := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 		if iter.First() {
 			t.Errorf("key %x of a deleted total is left", iter.Key())
@@ -551,5 +551,76 @@ func TestTotalsWriteBack(t *testing.T) {
 	}
 	if _, ok, _ := s.GetTotal(ctx, b.Key()); ok {
 		t.Errorf("a deleted total came back after reopen")
+	}
+}
+
+// TestScopedSurvivesReopen: a view's index entries and epoch records are on
+// disk under its scope, and closing a view leaves the store open.
+func TestScopedSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Scoped("kg0-16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := sink.Key{Entity: "ad_7", Bucket: "M2026-11-29T10:14Z"}
+	tk := sink.TotalKey{Ad: "ad_7", StartMs: 60_000}
+	if _, err := a.Put(ctx, []sink.Put{{Key: k, Writer: sink.Fast, Valid: 1, Epoch: 41, Gen: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetTotals(ctx, []sink.Total{{Ad: tk.Ad, StartMs: tk.StartMs, Valid: 3, Epoch: 41}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close of a view: %v", err)
+	}
+	if _, ok, err := s.Get(ctx, k); err != nil || !ok {
+		t.Fatalf("Get after closing a view = %v, %v; want the item", ok, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a, err = s.Scoped("kg0-16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := func(st *Store) []sink.TotalKey {
+		var got []sink.TotalKey
+		if err := st.TotalsWritten(ctx, 41, func(k sink.TotalKey) error { got = append(got, k); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := listed(a); !slices.Equal(got, []sink.TotalKey{tk}) {
+		t.Errorf("scoped TotalsWritten(41) after reopen = %v, want [%v]", got, tk)
+	}
+	if got := listed(s); len(got) != 0 {
+		t.Errorf("unscoped TotalsWritten(41) after reopen = %v, want none", got)
+	}
+	var found []sink.Key
+	if err := a.QueryIndex(ctx, sink.Fast, sink.IndexKey(41, k), func(it sink.Item) error { found = append(found, it.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(found, []sink.Key{k}) {
+		t.Errorf("scoped QueryIndex after reopen = %v, want [%v]", found, k)
+	}
+	// DeleteTotals through the view leaves no record of the key behind.
+	if err := a.DeleteTotals(ctx, []sink.TotalKey{tk}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range [][]byte{reversePrefix("kg0-16", tk), epochPrefix("kg0-16", 41), totalKey(tk)} {
+		iter, _ := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+		if iter.First() {
+			t.Errorf("key %x of a deleted total is left", iter.Key())
+		}
+		_ = iter.Close()
 	}
 }

@@ -35,11 +35,17 @@ type totalsPending map[sink.TotalKey]*pendingTotal
 
 type pendingTotal struct {
 	t      sink.Total
-	epochs []int64  // distinct, in the order first set; usually one
-	one    [1]int64 // epochs' first backing array: no allocation for one epoch
+	epochs []scopedEpoch  // distinct, in the order first set; usually one
+	one    [1]scopedEpoch // epochs' first backing array: no allocation for one epoch
 }
 
-func (p *pendingTotal) addEpoch(e int64) {
+// scopedEpoch is an epoch record of a view's scope ("" unscoped).
+type scopedEpoch struct {
+	scope string
+	epoch int64
+}
+
+func (p *pendingTotal) addEpoch(e scopedEpoch) {
 	if n := len(p.epochs); n > 0 && p.epochs[n-1] == e {
 		return
 	}
@@ -49,8 +55,9 @@ func (p *pendingTotal) addEpoch(e int64) {
 }
 
 // SetTotals records absolute totals and each key under its epoch
-// (t.Epoch), in memory; Sync makes them durable. Within a call, and
-// across calls, the last total for a key wins, as in Valkey.
+// (t.Epoch) in the store's scope, in memory; Sync makes them durable.
+// Within a call, and across calls and views, the last total for a key
+// wins, as in Valkey.
 func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) error {
 	for _, t := range ts {
 		if t.Ad == "" {
@@ -71,15 +78,16 @@ func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) error {
 	}
 	for _, t := range ts {
 		k := t.Key()
+		e := scopedEpoch{s.scope, t.Epoch}
 		if p := b.vals[k]; p != nil {
 			p.t = t
-			p.addEpoch(t.Epoch)
+			p.addEpoch(e)
 			continue
 		}
 		p := &pendingTotal{t: t}
 		p.epochs = p.one[:0]
 		b.vals[k] = p
-		p.addEpoch(t.Epoch)
+		p.addEpoch(e)
 	}
 	b.mu.Unlock()
 	s.metrics.Writes.WithLabelValues("set_total").Add(float64(len(ts)))
@@ -139,8 +147,8 @@ func (s *Store) writeTotals(ctx context.Context, p totalsPending) error {
 	for k, pt := range p {
 		_ = batch.Set(totalKey(k), encodeTotal(pt.t), nil)
 		for _, e := range pt.epochs {
-			_ = batch.Set(epochKey(e, k), nil, nil)
-			_ = batch.Set(reverseKey(k, e), nil, nil)
+			_ = batch.Set(epochKey(e.scope, e.epoch, k), nil, nil)
+			_ = batch.Set(reverseKey(e.scope, k, e.epoch), nil, nil)
 		}
 	}
 	if err := batch.Commit(pebble.NoSync); err != nil {
@@ -163,8 +171,8 @@ func (s *Store) pendingTotal(k sink.TotalKey) (sink.Total, bool) {
 	return sink.Total{}, false
 }
 
-// TotalsWritten calls fn for every total key recorded under epoch, in key
-// order. fn may write to the store.
+// TotalsWritten calls fn for every total key recorded under epoch in the
+// store's scope, in key order. fn may write to the store.
 func (s *Store) TotalsWritten(ctx context.Context, epoch int64, fn func(sink.TotalKey) error) error {
 	// Pending totals first go to disk, so that one ordered scan sees all.
 	if err := s.Sync(ctx); err != nil {
@@ -174,7 +182,7 @@ func (s *Store) TotalsWritten(ctx context.Context, epoch int64, fn func(sink.Tot
 		return err
 	}
 	defer s.gate.Leave()
-	prefix := epochPrefix(epoch)
+	prefix := epochPrefix(s.scope, epoch)
 	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return fmt.Errorf("embedded: totals written: %w", err)
@@ -200,8 +208,9 @@ func (s *Store) TotalsWritten(ctx context.Context, epoch int64, fn func(sink.Tot
 	return nil
 }
 
-// DeleteTotals deletes the totals and forgets them from every epoch that
-// recorded them. Deleting a missing total is not an error.
+// DeleteTotals deletes the totals and forgets them from every epoch of the
+// store's scope that recorded them (records of other scopes stay).
+// Deleting a missing total is not an error.
 func (s *Store) DeleteTotals(ctx context.Context, keys []sink.TotalKey) error {
 	if err := s.Sync(ctx); err != nil {
 		return err
@@ -233,7 +242,7 @@ func (s *Store) deleteTotal(k sink.TotalKey) (bool, error) {
 	defer mu.Unlock()
 	b := s.db.NewBatch()
 	defer b.Close()
-	prefix := reversePrefix(k)
+	prefix := reversePrefix(s.scope, k)
 	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return false, fmt.Errorf("embedded: delete total %q: %w", k.Ad, err)
@@ -244,7 +253,7 @@ func (s *Store) deleteTotal(k sink.TotalKey) (bool, error) {
 			return false, errors.Join(fmt.Errorf("embedded: delete total %q: %w", k.Ad, errCorrupt), iter.Close())
 		}
 		_ = b.Delete(iter.Key(), nil)
-		_ = b.Delete(epochKey(epoch, k), nil)
+		_ = b.Delete(epochKey(s.scope, epoch, k), nil)
 	}
 	if err := iter.Close(); err != nil {
 		return false, fmt.Errorf("embedded: delete total %q: %w", k.Ad, err)
@@ -268,8 +277,8 @@ func (s *Store) deleteTotal(k sink.TotalKey) (bool, error) {
 	return true, nil
 }
 
-// ForgetEpochs drops the bookkeeping of epochs in [from, to); the totals
-// themselves stay.
+// ForgetEpochs drops the bookkeeping of epochs in [from, to) of the
+// store's scope; the totals themselves, and other scopes' records, stay.
 func (s *Store) ForgetEpochs(ctx context.Context, from, to int64) error {
 	if from >= to {
 		return nil
@@ -285,10 +294,13 @@ func (s *Store) ForgetEpochs(ctx context.Context, from, to int64) error {
 	defer s.tot.syncMu.Unlock()
 	s.tot.mu.Lock()
 	for _, p := range s.tot.vals {
-		p.epochs = slices.DeleteFunc(p.epochs, func(e int64) bool { return e >= from && e < to })
+		p.epochs = slices.DeleteFunc(p.epochs, func(e scopedEpoch) bool {
+			return e.scope == s.scope && e.epoch >= from && e.epoch < to
+		})
 	}
 	s.tot.mu.Unlock()
-	lower, upper := epochPrefix(from), epochPrefix(to)
+	space := epochSpace(s.scope)
+	lower, upper := epochPrefix(s.scope, from), epochPrefix(s.scope, to)
 	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return fmt.Errorf("embedded: forget epochs: %w", err)
@@ -314,7 +326,7 @@ func (s *Store) ForgetEpochs(ctx context.Context, from, to int64) error {
 			return s.finish(wrote, errors.Join(fmt.Errorf("embedded: forget epochs: %w", err), cerr, iter.Close()))
 		}
 		key := iter.Key()
-		epoch, rest, err := readInt64(key[1:])
+		epoch, rest, err := readInt64(key[len(space):])
 		var k sink.TotalKey
 		if err == nil {
 			k, rest, err = readTotalKey(rest)
@@ -326,7 +338,7 @@ func (s *Store) ForgetEpochs(ctx context.Context, from, to int64) error {
 			return s.finish(wrote, errors.Join(fmt.Errorf("embedded: forget epochs: %w", err), iter.Close()))
 		}
 		_ = b.Delete(key, nil)
-		_ = b.Delete(reverseKey(k, epoch), nil)
+		_ = b.Delete(reverseKey(s.scope, k, epoch), nil)
 		if b.Len() > 1<<20 {
 			if err := commit(); err != nil {
 				return s.finish(wrote, errors.Join(err, iter.Close()))

@@ -11,8 +11,15 @@ import (
 
 // MemRows is an in-memory sink.Rows guarded by one mutex. Every method is
 // atomic with respect to the others, so conditions hold exactly as a
-// DynamoDB condition expression would. It is safe for concurrent use.
+// DynamoDB condition expression would. It is safe for concurrent use. A
+// MemRows may be a view with an index scope (Scoped).
 type MemRows struct {
+	*memRows
+	scope string
+}
+
+// memRows is what a MemRows and its views share.
+type memRows struct {
 	mu    sync.Mutex
 	items map[sink.Key]sink.Item
 }
@@ -21,8 +28,22 @@ var _ sink.Rows = (*MemRows)(nil)
 
 // NewMemRows returns an empty in-memory store.
 func NewMemRows() *MemRows {
-	return &MemRows{items: map[sink.Key]sink.Item{}}
+	return &MemRows{memRows: &memRows{items: map[sink.Key]sink.Item{}}}
 }
+
+// Scoped returns a view of m with the index scope scope, sharing its
+// items: the view's Put writes sink.IndexKeyIn(scope, ...) and its
+// QueryIndex(w, ix) matches sink.ScopedIndexKey(scope, ix). Scopes do not
+// nest.
+func (m *MemRows) Scoped(scope string) (*MemRows, error) {
+	if err := sink.ValidateScope(scope); err != nil {
+		return nil, fmt.Errorf("sinktest: %w", err)
+	}
+	return &MemRows{memRows: m.memRows, scope: scope}, nil
+}
+
+// Scope returns m's index scope, "" when unscoped.
+func (m *MemRows) Scope() string { return m.scope }
 
 func checkTagged(op string, w sink.Writer) error {
 	if w != sink.Fast && w != sink.Late {
@@ -63,7 +84,7 @@ func (m *MemRows) Put(ctx context.Context, puts []sink.Put) (int, error) {
 			Valid:       p.Valid,
 			SpendMicros: p.SpendMicros,
 			Ckpt:        p.Epoch,
-			Ix:          sink.IndexKey(p.Epoch, p.Key),
+			Ix:          sink.IndexKeyIn(m.scope, p.Epoch, p.Key),
 			Gen:         p.Gen,
 		}
 		it.JobGen, it.HasJobGen = p.Gen, true
@@ -108,11 +129,12 @@ func (m *MemRows) Get(ctx context.Context, k sink.Key) (sink.Item, bool, error) 
 }
 
 // QueryIndex calls fn, without holding the lock, for a snapshot of the items
-// whose <w>_ix equals ix.
+// whose <w>_ix equals ix in m's scope.
 func (m *MemRows) QueryIndex(ctx context.Context, w sink.Writer, ix string, fn func(sink.Item) error) error {
 	if err := checkTagged("query index", w); err != nil {
 		return err
 	}
+	ix = sink.ScopedIndexKey(m.scope, ix)
 	return m.each(ctx, func(it *sink.Item) bool {
 		a := it.Attrs(w)
 		return a.Present && a.Ix == ix

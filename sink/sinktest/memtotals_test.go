@@ -38,7 +38,7 @@ func (b totLatestOnly) SetTotals(ctx context.Context, ts []sink.Total) error {
 		ks = append(ks, x.Key())
 	}
 	b.MemTotals.mu.Lock()
-	for _, ep := range b.MemTotals.epochs {
+	for _, ep := range b.MemTotals.epochs[""] {
 		for _, k := range ks {
 			delete(ep, k)
 		}
@@ -64,7 +64,7 @@ type totForgetsValues struct{ *MemTotals }
 
 func (b totForgetsValues) ForgetEpochs(ctx context.Context, from, to int64) error {
 	b.MemTotals.mu.Lock()
-	for e, ep := range b.MemTotals.epochs {
+	for e, ep := range b.MemTotals.epochs[""] {
 		if e >= from && e < to {
 			for k := range ep {
 				delete(b.MemTotals.totals, k)
@@ -133,4 +133,11 @@ func TestSuiteCatchesBrokenTotals(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestMemTotalsScoped(t *testing.T) {
+	ScopedTotals(t, func(t *testing.T) (sink.Totals, func(string) (sink.Totals, error)) {
+		m := NewMemTotals()
+		return m, func(scope string) (sink.Totals, error) { return m.Scoped(scope) }
+	})
 }

@@ -15,6 +15,8 @@
 //	adclick:ep:<epoch>                     SET   the names of the total keys written under epoch
 //	adclick:epochs                         ZSET  the epochs that have a set (member and score: the epoch)
 //	adclick:marker                         STRING "ok" once armed, "rebuild" during a rebuild (see Wiped)
+//	adclick:ep:<scope>:<epoch>             SET   as adclick:ep:<epoch>, for a view with an index scope
+//	adclick:epochs:<scope>                 ZSET  as adclick:epochs, for a view with an index scope
 //
 // Times are the UTC start of the minute or hour. The ad id is stored as
 // given, between the braces. A dashboard reads a total with
@@ -39,11 +41,19 @@
 // for epochs older than the oldest checkpoint it can still restore, which
 // keeps the registry, and the cost of DeleteTotals, small.
 //
+// Range pipelines sharing a server each write through a view with an index
+// scope (Store.Scoped, sink.ValidateScope), such as "kg0-16": the view's
+// epoch sets and registry carry the scope, so a range's flush lists, and
+// forgets, only what that range recorded, whatever epoch numbers the other
+// ranges use. The totals are per ad and stay unscoped: dashboards read
+// them the same way. The unscoped store keeps the layout above.
+//
 // # Cluster mode
 //
 // The ad id is the hash tag: all totals of one ad live in one slot, so a
 // reader may pipeline one ad's minutes to a single node. Epoch sets and the
-// registry are ordinary keys in their own slots. The store sends only
+// registry, scoped or not, are ordinary keys in their own slots (a scope
+// holds no '{' or '}'). The store sends only
 // single-key commands, so it works unchanged against a cluster
 // (Options.Cluster), where valkey-go routes each command of a pipeline to
 // its slot's node. Ordering between the epoch round trip and the value round

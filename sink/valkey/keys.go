@@ -31,8 +31,9 @@ const (
 // is not a total key under the prefix.
 var ErrBadTotal = errors.New("valkey: bad total")
 
-// keys builds and parses the store's key names under one prefix.
-type keys struct{ prefix string }
+// keys builds and parses the store's key names under one prefix, and the
+// epoch bookkeeping's in one index scope ("" unscoped).
+type keys struct{ prefix, scope string }
 
 // checkStart reports whether startMs is the start of a minute (or of an hour)
 // in the range the key names can hold.
@@ -92,9 +93,21 @@ func (k keys) parseTotal(s string) (sink.TotalKey, error) {
 }
 
 // epoch returns the key of the set of total keys written under e:
-// <p>:ep:<e>.
-func (k keys) epoch(e int64) string { return k.prefix + ":ep:" + strconv.FormatInt(e, 10) }
+// <p>:ep:<e>, or <p>:ep:<scope>:<e> in a scope. A scope holds no ':' and
+// an epoch is a decimal, so the two never collide.
+func (k keys) epoch(e int64) string {
+	if k.scope == "" {
+		return k.prefix + ":ep:" + strconv.FormatInt(e, 10)
+	}
+	return k.prefix + ":ep:" + k.scope + ":" + strconv.FormatInt(e, 10)
+}
 
 // epochs returns the key of the sorted set of epochs that have a set
-// (member: the epoch in decimal, score: the epoch): <p>:epochs.
-func (k keys) epochs() string { return k.prefix + ":epochs" }
+// (member: the epoch in decimal, score: the epoch): <p>:epochs, or
+// <p>:epochs:<scope> in a scope.
+func (k keys) epochs() string {
+	if k.scope == "" {
+		return k.prefix + ":epochs"
+	}
+	return k.prefix + ":epochs:" + k.scope
+}

@@ -1,6 +1,7 @@
 package valkey
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -128,6 +129,42 @@ func TestOptions(t *testing.T) {
 	for _, s := range []string{"prefix", "epoch TTL", "timeout", "batch size"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("Validate(bad) = %q, want a problem with %s", err, s)
+		}
+	}
+}
+
+func TestScopedEpochKeys(t *testing.T) {
+	k := keys{prefix: "adclick", scope: "kg0-16"}
+	if got, want := k.epoch(41), "adclick:ep:kg0-16:41"; got != want {
+		t.Errorf("epoch(41) = %q, want %q", got, want)
+	}
+	if got, want := k.epoch(-3), "adclick:ep:kg0-16:-3"; got != want {
+		t.Errorf("epoch(-3) = %q, want %q", got, want)
+	}
+	if got, want := k.epochs(), "adclick:epochs:kg0-16"; got != want {
+		t.Errorf("epochs() = %q, want %q", got, want)
+	}
+	// Totals stay per ad, whatever the scope.
+	tk := sink.TotalKey{Ad: "ad_7", StartMs: time.Date(2026, 11, 29, 10, 14, 0, 0, time.UTC).UnixMilli()}
+	name, err := k.total(tk)
+	if err != nil || name != "adclick:m:{ad_7}:2026-11-29T10:14Z" {
+		t.Errorf("total in a scope = %q, %v; want the unscoped name", name, err)
+	}
+	s, err := New(context.Background(), Options{Addr: closedAddr(t), Timeout: 300 * time.Millisecond, DialTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer s.Close()
+	v, err := s.Scoped("kg0-16")
+	if err != nil || v.Scope() != "kg0-16" || v.k != k || v.c != s.c || v.m != s.m || v.own {
+		t.Fatalf("Scoped(kg0-16) = %+v, %v; want a view sharing the client and metrics, not owning the client", v, err)
+	}
+	if none, err := v.Scoped(""); err != nil || none.k != (keys{prefix: "adclick"}) {
+		t.Fatalf("Scoped(\"\") = %+v, %v; want the unscoped keys", none, err)
+	}
+	for _, bad := range []string{"kg:1", "{kg}", "kg/1", "kg#1"} {
+		if _, err := s.Scoped(bad); err == nil || !strings.HasPrefix(err.Error(), "valkey: ") {
+			t.Errorf("Scoped(%q) = %v; want a valkey: error", bad, err)
 		}
 	}
 }

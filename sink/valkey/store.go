@@ -98,8 +98,28 @@ func newStore(c valkey.Client, own bool, opts Options) (*Store, error) {
 	return &Store{c: c, own: own, opts: opts, k: keys{prefix: opts.Prefix}, m: m}, nil
 }
 
-// Close closes the client if New created it. It is safe to call more than
-// once; the store must not be used afterwards.
+// Scoped returns a view of the store with the index scope scope (see
+// sink.ValidateScope): its SetTotals records keys in the epoch sets
+// <prefix>:ep:<scope>:<epoch> and the registry <prefix>:epochs:<scope>,
+// which its TotalsWritten reads, its ForgetEpochs drops and its
+// DeleteTotals forgets keys from, so a range pipeline's flush sees only
+// its own bookkeeping. The totals themselves (<prefix>:m:{<ad>}:…), the
+// marker, the client and the metrics are shared with s. Scope "" gives
+// the unscoped layout; scopes do not nest: s.Scoped(a).Scoped(b) is
+// s.Scoped(b). A view never closes the client: close s.
+func (s *Store) Scoped(scope string) (*Store, error) {
+	if err := sink.ValidateScope(scope); err != nil {
+		return nil, fmt.Errorf("valkey: %w", err)
+	}
+	return &Store{c: s.c, opts: s.opts, k: keys{prefix: s.k.prefix, scope: scope}, m: s.m}, nil
+}
+
+// Scope returns the store's index scope, "" when unscoped.
+func (s *Store) Scope() string { return s.k.scope }
+
+// Close closes the client if New created it (never on a view made by
+// Scoped). It is safe to call more than once; the store and its views must
+// not be used afterwards.
 func (s *Store) Close() {
 	s.closeMu.Do(func() {
 		if s.own {
@@ -263,7 +283,7 @@ func (s *Store) TotalsWritten(ctx context.Context, epoch int64, fn func(sink.Tot
 }
 
 // DeleteTotals deletes the totals, then removes them from every epoch set in
-// the registry. The values go first so that a failure leaves, at worst, a
+// the registry of the store's scope (other scopes' sets keep them). The values go first so that a failure leaves, at worst, a
 // record without a value (harmless) and never a value without its record.
 // A DeleteTotals racing a SetTotals of the same key may leave either
 // outcome; the flush, its only caller, runs before output resumes.

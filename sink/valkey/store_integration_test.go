@@ -88,6 +88,56 @@ func TestConformanceSmallBatches(t *testing.T) {
 	sinktest.Totals(t, func(t *testing.T) sink.Totals { return openStore(t, addr, Options{BatchSize: 7}) })
 }
 
+func TestScopedConformance(t *testing.T) {
+	addr := testenv.Valkey(t)
+	sinktest.ScopedTotals(t, func(t *testing.T) (sink.Totals, func(string) (sink.Totals, error)) {
+		s := openStore(t, addr, Options{BatchSize: 7})
+		return s, func(scope string) (sink.Totals, error) { return s.Scoped(scope) }
+	})
+}
+
+// TestScopedLayout checks the key names of a view's bookkeeping with a
+// plain client: scoped epoch sets and registry, unscoped totals.
+func TestScopedLayout(t *testing.T) {
+	addr := testenv.Valkey(t)
+	ctx := context.Background()
+	s := openStore(t, addr, Options{})
+	p := s.opts.Prefix
+	raw := rawClient(t, addr)
+	a, err := s.Scoped("kg0-16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 11, 29, 10, 14, 0, 0, time.UTC).UnixMilli()
+	if err := a.SetTotals(ctx, []sink.Total{{Ad: "ad_7", StartMs: start, Valid: 5, Epoch: 41}}); err != nil {
+		t.Fatal(err)
+	}
+	total := p + ":m:{ad_7}:2026-11-29T10:14Z"
+	members, err := raw.Do(ctx, raw.B().Smembers().Key(p+":ep:kg0-16:41").Build()).AsStrSlice()
+	if err != nil || len(members) != 1 || members[0] != total {
+		t.Fatalf("SMEMBERS %s:ep:kg0-16:41 = %v, %v; want [%s]", p, members, err, total)
+	}
+	reg, err := raw.Do(ctx, raw.B().Zrange().Key(p+":epochs:kg0-16").Min("0").Max("-1").Build()).AsStrSlice()
+	if err != nil || len(reg) != 1 || reg[0] != "41" {
+		t.Fatalf("ZRANGE %s:epochs:kg0-16 = %v, %v; want [41]", p, reg, err)
+	}
+	for _, k := range []string{p + ":ep:41", p + ":epochs"} {
+		if n, err := raw.Do(ctx, raw.B().Exists().Key(k).Build()).AsInt64(); err != nil || n != 0 {
+			t.Fatalf("EXISTS %s = %d, %v; want 0 (a view writes no unscoped bookkeeping)", k, n, err)
+		}
+	}
+	if v, err := raw.Do(ctx, raw.B().Hget().Key(total).Field("valid").Build()).ToString(); err != nil || v != "5" {
+		t.Fatalf("HGET %s valid = %q, %v; want 5", total, v, err)
+	}
+	wantTTL(t, raw, p+":ep:kg0-16:41", s.opts.EpochTTL)
+	wantTTL(t, raw, p+":epochs:kg0-16", s.opts.EpochTTL)
+	// Closing a view leaves the client open.
+	a.Close()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping after closing a view: %v", err)
+	}
+}
+
 // TestLayout checks the documented key names, hash fields and expiries with
 // a plain client.
 func TestLayout(t *testing.T) {
