@@ -20,6 +20,11 @@ type SourceOptions struct {
 	// NewBatch, if set, returns an empty slice for a batch of clicks (the
 	// runtime recycles them); nil allocates.
 	NewBatch func() []ingest.Click
+	// KeyGroups is the range of the ads' key groups this pipeline owns (the
+	// zero value: all). A click of another range's ad still moves its
+	// shard's watermark, so verdicts do not depend on ownership
+	// (docs/scale-out.md §9), and is then dropped: its owner counts it.
+	KeyGroups windowing.KeyGroups
 }
 
 // SourceReady is what a Source decided since the last Advance.
@@ -41,6 +46,8 @@ type Source struct {
 	nextTick int64
 	batches  [][]ingest.Click
 	rd       SourceReady
+	all      bool  // o.KeyGroups is every key group
+	notOwned int64 // clicks and invalid records of other ranges' ads
 }
 
 // NewSource returns a Source with no shard and no processing time yet.
@@ -53,11 +60,15 @@ func NewSource(o SourceOptions) (*Source, error) {
 	if o.Pres < 1 || o.Pres > windowing.MaxParallelism {
 		return nil, fmt.Errorf("operator: %d pre-aggregators out of range", o.Pres)
 	}
+	if !o.KeyGroups.Valid() {
+		return nil, fmt.Errorf("operator: key-group range %v out of 0..%d", o.KeyGroups, windowing.MaxParallelism)
+	}
 	if o.BatchSize < 1 {
 		o.BatchSize = 1
 	}
 	o.Watermarks = wo
-	return &Source{o: o, wms: ingest.NewWatermarks(wo), iv: wo.IntervalMs, batches: make([][]ingest.Click, o.Pres)}, nil
+	return &Source{o: o, wms: ingest.NewWatermarks(wo), iv: wo.IntervalMs, batches: make([][]ingest.Click, o.Pres),
+		all: o.KeyGroups.All()}, nil
 }
 
 // Watermarks returns the per-shard watermarks (for status and metrics; a
@@ -108,11 +119,15 @@ func (s *Source) AddShard(id string, procMs int64) { s.wms.AddShard(id, procMs) 
 func (s *Source) CloseShard(id string) { s.wms.CloseShard(id) }
 
 // Click routes valid click c (decoded, validated and finished) at the
-// current processing time: its shard's watermark observes it and it joins
-// the batch of the pre-aggregator owning its click id's key group; a full
-// batch goes out.
+// current processing time: its shard's watermark observes it and, if its ad
+// is in the pipeline's key groups, it joins the batch of the pre-aggregator
+// owning its click id's key group; a full batch goes out.
 func (s *Source) Click(c *ingest.Click) {
 	s.wms.Observe(c.Shard, c.EventMs, s.procMs)
+	if !s.owns(c.AdID) {
+		s.notOwned++
+		return
+	}
 	o := windowing.Owner(windowing.KeyGroup(c.ClickID), len(s.batches))
 	if s.batches[o] == nil {
 		s.batches[o] = s.newBatch()
@@ -125,15 +140,29 @@ func (s *Source) Click(c *ingest.Click) {
 
 // Reject writes the exceptions-log record of a click that could not be
 // decoded or is invalid for reason; raw is its payload as read (at most
-// latepath.MaxRaw bytes are kept).
-func (s *Source) Reject(c *ingest.Click, reason ingest.Reason, raw []byte) {
+// latepath.MaxRaw bytes are kept). Like a valid click it belongs to the
+// range of its ad (as decoded; "" when it has none), so that among
+// pipelines sharing a stream exactly one logs it. It reports whether the
+// record was this pipeline's (and so logged).
+func (s *Source) Reject(c *ingest.Click, reason ingest.Reason, raw []byte) bool {
+	if !s.owns(c.AdID) {
+		s.notOwned++
+		return false
+	}
 	r := Record(c, latepath.InvalidPrefix+string(reason))
 	r.EventMs = 0
 	if len(raw) > 0 {
 		r.Raw = string(raw[:min(len(raw), latepath.MaxRaw)])
 	}
 	s.rd.Lake = append(s.rd.Lake, r)
+	return true
 }
+
+func (s *Source) owns(ad string) bool { return s.all || s.o.KeyGroups.Contains(windowing.KeyGroup(ad)) }
+
+// NotOwned returns the number of clicks and invalid records dropped so far
+// because their ad belongs to another range.
+func (s *Source) NotOwned() int64 { return s.notOwned }
 
 // Barrier sends checkpoint barrier ckpt after every buffered click.
 func (s *Source) Barrier(ckpt int64) {

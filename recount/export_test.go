@@ -11,6 +11,6 @@ var (
 	Finals         = finals
 	CompareFinals  = compareFinals
 	ObjectEpoch    = objectEpoch
-	ManifestEpoch  = manifestEpoch
+	ManifestEpoch  = func(k string) (int64, bool) { return manifestEpoch(manifestRoot, k) }
 	Forever        = forever
 )

@@ -117,8 +117,18 @@ const manifestRoot = "_epochs/"
 
 func epochString(epoch int64) string { return fmt.Sprintf("%012d", epoch) }
 
-func manifestKey(epoch int64, part string) string {
-	return manifestRoot + "e" + epochString(epoch) + "/" + part
+// manifestDir returns the folder of scope's manifests: _epochs/ for the
+// unscoped writers of a job owning every key group, _epochs/<scope>/ for a
+// range's.
+func manifestDir(scope string) string {
+	if scope == "" {
+		return manifestRoot
+	}
+	return manifestRoot + scope + "/"
+}
+
+func manifestKey(scope string, epoch int64, part string) string {
+	return manifestDir(scope) + "e" + epochString(epoch) + "/" + part
 }
 
 // validPart reports whether part is a usable writer name.
@@ -141,7 +151,8 @@ func validPart(part string) error {
 // source) owns one.
 type Writer struct {
 	store Store
-	part  string
+	scope string
+	part  string // in object names: <scope>-<part> for a scoped writer
 	// hours holds the buffered rows by partition hour, each hour's column
 	// by column in order of Add (so a chunk needs no split by hour); last
 	// is the hour of the last Add. free holds the emptied hour buffers for
@@ -186,6 +197,25 @@ func NewWriter(store Store, part string) (*Writer, error) {
 		return nil, err
 	}
 	return &Writer{store: store, part: part}, nil
+}
+
+// NewScopedWriter returns a writer of part for a range pipeline whose
+// epochs are its own (scope names the range, like "kg0-16"; "" is
+// NewWriter): its objects are named part-<scope>-<part>-e<epoch> and its
+// manifests live under _epochs/<scope>/, so that RemoveEpochsIn of one
+// range never touches another's objects, though their epoch numbers
+// overlap.
+func NewScopedWriter(store Store, scope, part string) (*Writer, error) {
+	if scope == "" {
+		return NewWriter(store, part)
+	}
+	if err := validPart(scope); err != nil {
+		return nil, fmt.Errorf("recount: bad scope %q", scope)
+	}
+	if err := validPart(scope + "-" + part); err != nil {
+		return nil, err
+	}
+	return &Writer{store: store, scope: scope, part: scope + "-" + part}, nil
 }
 
 // Add buffers r (the bytes of its strings are copied: the writer keeps no
@@ -327,7 +357,7 @@ func (w *Writer) writeChunk(ctx context.Context, epoch int64) error {
 		man.WriteString(k)
 		man.WriteByte('\n')
 	}
-	if err := w.store.Put(ctx, manifestKey(epoch, w.part), []byte(man.String())); err != nil {
+	if err := w.store.Put(ctx, manifestKey(w.scope, epoch, w.part), []byte(man.String())); err != nil {
 		w.epochKeys = w.epochKeys[:keys]
 		return fmt.Errorf("recount: flush epoch %d: %w", epoch, err)
 	}
@@ -374,13 +404,21 @@ func (w *Writer) spillRows() int {
 // the number of object keys deleted: those the manifests list, including any
 // a writer that died half-way never wrote.
 func RemoveEpochs(ctx context.Context, store Store, from int64) (int, error) {
+	return RemoveEpochsIn(ctx, store, "", from)
+}
+
+// RemoveEpochsIn is RemoveEpochs for the writers of scope (NewScopedWriter):
+// it removes what their manifests of epochs ≥ from list, and nothing any
+// other scope wrote.
+func RemoveEpochsIn(ctx context.Context, store Store, scope string, from int64) (int, error) {
+	dir := manifestDir(scope)
 	start := ""
 	if from > 0 {
-		start = manifestRoot + "e" + epochString(from-1) + "/~"
+		start = dir + "e" + epochString(from-1) + "/~"
 	}
 	var mans []string
-	err := store.List(ctx, manifestRoot, start, func(key string) error {
-		e, ok := manifestEpoch(key)
+	err := store.List(ctx, dir+"e", start, func(key string) error {
+		e, ok := manifestEpoch(dir, key)
 		if ok && e >= from {
 			mans = append(mans, key)
 		}
@@ -414,9 +452,9 @@ func RemoveEpochs(ctx context.Context, store Store, from int64) (int, error) {
 	return n, nil
 }
 
-// manifestEpoch parses the epoch of "_epochs/e<epoch>/<part>".
-func manifestEpoch(key string) (int64, bool) {
-	rest, ok := strings.CutPrefix(key, manifestRoot+"e")
+// manifestEpoch parses the epoch of "<dir>e<epoch>/<part>".
+func manifestEpoch(dir, key string) (int64, bool) {
+	rest, ok := strings.CutPrefix(key, dir+"e")
 	if !ok {
 		return 0, false
 	}

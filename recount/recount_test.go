@@ -246,7 +246,7 @@ func TestRecountAfterCrashRestartEqualsNoCrash(t *testing.T) {
 			removed++
 			continue
 		}
-		if e, ok := manifestEpoch(k); ok && e >= c {
+		if e, ok := manifestEpoch(manifestRoot, k); ok && e >= c {
 			continue
 		}
 		wantLeft = append(wantLeft, k)
@@ -282,7 +282,7 @@ func simulateReplay(t *testing.T, st Store, lines [][]byte, from, epochLen int, 
 	for _, k := range scratch.keys() {
 		e, ok := objectEpoch(k)
 		if !ok {
-			e, ok = manifestEpoch(k)
+			e, ok = manifestEpoch(manifestRoot, k)
 		}
 		if ok && e >= epoch {
 			b, _ := scratch.Get(context.Background(), k)

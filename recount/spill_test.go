@@ -123,7 +123,7 @@ func TestFlushRetryAfterObjectFailure(t *testing.T) {
 	if err := w.Flush(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
-	man, err := st.Get(ctx, manifestKey(3, "preagg-0"))
+	man, err := st.Get(ctx, manifestKey("", 3, "preagg-0"))
 	if err != nil {
 		t.Fatal(err)
 	}

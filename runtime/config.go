@@ -43,6 +43,16 @@ type Config struct {
 	// to the end of time first, so every open window fires and is written
 	// (Flink's stop-with-drain).
 	Drain bool
+	// KeyGroups is the range of the ads' key groups this job counts (the
+	// zero value: all of them, the single process). A job owning part of
+	// them is one range pipeline of a fleet sharing the stream
+	// (docs/scale-out.md): it reads every record, lets every click move the
+	// watermarks, and counts, logs and writes only its own ads'. Its lake
+	// objects and manifests carry the range's name, and its sinks and
+	// checkpoint store must be the range's own (scoped views, a prefix of
+	// its own), since its epochs are numbered independently of the other
+	// ranges'. A checkpoint restores only into a job of the same range.
+	KeyGroups windowing.KeyGroups
 	// Parallelism is the number of pre-aggregator and of window subtasks.
 	// Default: the number of CPUs, at most windowing.MaxParallelism.
 	Parallelism int
@@ -228,6 +238,9 @@ func (c *Config) Validate() error {
 	if c.OpenSource == nil {
 		errs = append(errs, errors.New("no source: OpenSource is required"))
 	}
+	if !c.KeyGroups.Valid() {
+		errs = append(errs, fmt.Errorf("key-group range %v must lie within 0..%d and not be empty", c.KeyGroups, windowing.MaxParallelism))
+	}
 	if c.Rows == nil && c.OpenSinks == nil {
 		errs = append(errs, errors.New("no row store: set Rows or OpenSinks"))
 	}
@@ -301,6 +314,12 @@ func (c *Config) fingerprint() (sum string, desc string) {
 		" horizon_ms=" + strconv.FormatInt(c.PreAgg.HorizonMs, 10) +
 		" max_parallelism=" + strconv.Itoa(windowing.MaxParallelism) +
 		" dedup=" + strconv.FormatBool(!c.NoDedup)
+	if !c.KeyGroups.All() {
+		// A range's state holds only its own key groups: restoring it into
+		// another range would lose the rest. (The single process's
+		// fingerprint is unchanged.)
+		desc += " key_groups=" + c.KeyGroups.String()
+	}
 	h := sha256.Sum256([]byte(desc))
 	return hex.EncodeToString(h[:8]), desc
 }

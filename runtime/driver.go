@@ -51,12 +51,14 @@ type driver struct {
 	ckptRetryAt int64
 	failSince   time.Time
 	c           ingest.Click
+	notOwned    int64 // the source machine's NotOwned at the last publish
 }
 
 func newDriver(j *Job, src source.Source) (*driver, error) {
 	sm, err := operator.NewSource(operator.SourceOptions{
 		Watermarks: j.cfg.Watermarks,
 		Pres:       len(j.pres), BatchSize: j.cfg.BatchSize,
+		KeyGroups: j.cfg.KeyGroups,
 		NewBatch: func() []ingest.Click {
 			select {
 			case b := <-j.freeBatches:
@@ -227,15 +229,18 @@ func (d *driver) consume(ctx context.Context, r source.Record, virtual bool) err
 		}
 	}
 	if reason != "" {
-		d.invalid++
-		d.j.m.invalid.Inc()
 		if c.ArrivalMs == 0 {
 			c.ArrivalMs = r.ArrivalMs
 		}
 		// The payload as read, for every invalid record: a line that
 		// parses but fails validation ("spend_micros":"100") keeps what it
-		// said, not the zero it was decoded to.
-		d.sm.Reject(c, reason, r.Line)
+		// said, not the zero it was decoded to. A record of another
+		// range's ad is that range's to log and count.
+		if !d.sm.Reject(c, reason, r.Line) {
+			return nil
+		}
+		d.invalid++
+		d.j.m.invalid.Inc()
 		if err := d.deliver(ctx, nil); err != nil {
 			return err
 		}
@@ -443,6 +448,10 @@ func (d *driver) publish(t, wm int64) {
 			idle = 1
 		}
 		d.j.m.shardIdle.WithLabelValues(sh.ID).Set(idle)
+	}
+	if n := d.sm.NotOwned(); n > d.notOwned {
+		d.j.m.notOwned.Add(float64(n - d.notOwned))
+		d.notOwned = n
 	}
 	d.j.mu.Lock()
 	d.j.status.ProcessingMs = t

@@ -38,6 +38,7 @@ type Status struct {
 	JobGen         int64                   `json:"job_gen"`
 	Parallelism    int                     `json:"parallelism"`
 	Source         string                  `json:"source"`
+	KeyGroups      string                  `json:"key_groups,omitempty"` // the range owned, "" for all
 	Restored       int64                   `json:"restored_checkpoint"`
 	Ready          bool                    `json:"ready"`
 	Done           bool                    `json:"done"`
@@ -263,13 +264,15 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	// The lake is a writer like the others: objects of epochs ≥ c hold
 	// verdicts the restored run has not made. A local lake may also hold
 	// temporary files of a writer killed mid-write.
-	if localLake != nil {
+	// (Only a job owning every key group may: a range pipeline may share
+	// the folder with live ones, and readers skip such files anyway.)
+	if localLake != nil && cfg.KeyGroups.All() {
 		if _, err := localLake.RemoveTemp(); err != nil {
 			j.Close()
 			return nil, err
 		}
 	}
-	removed, err := recount.RemoveEpochs(ctx, j.lake, j.c)
+	removed, err := recount.RemoveEpochsIn(ctx, j.lake, cfg.KeyGroups.Scope(), j.c)
 	if err != nil {
 		j.Close()
 		return nil, fmt.Errorf("runtime: clean the lake after restoring checkpoint %d: %w", j.c, err)
@@ -294,7 +297,7 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		j.log.Info("restored", "checkpoint", j.c, "found", found, "epoch_high", high,
 			"lake_objects_removed", removed, "duration", d.Round(time.Millisecond))
 	}
-	j.status = Status{JobGen: cfg.JobGen, Parallelism: cfg.Parallelism, Source: cfg.Source, Restored: j.c,
+	j.status = Status{JobGen: cfg.JobGen, Parallelism: cfg.Parallelism, Source: cfg.Source, KeyGroups: cfg.KeyGroups.Scope(), Restored: j.c,
 		WatermarkMs: eventtime.NoWatermark, Flush: rep}
 	if found {
 		mc := meta
@@ -328,7 +331,7 @@ func (j *Job) build() error {
 			rows:   j.rows, totals: j.totals, m: j.m, log: j.log, freeParts: freeParts})
 	}
 	var err error
-	if j.sourceLake, err = recount.NewWriter(j.lake, "source"); err != nil {
+	if j.sourceLake, err = recount.NewScopedWriter(j.lake, j.cfg.KeyGroups.Scope(), "source"); err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
 	for i := 0; i < p; i++ {
@@ -349,7 +352,7 @@ func (j *Job) build() error {
 		if err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
-		lw, err := recount.NewWriter(j.lake, "preagg-"+strconv.Itoa(i))
+		lw, err := recount.NewScopedWriter(j.lake, j.cfg.KeyGroups.Scope(), "preagg-"+strconv.Itoa(i))
 		if err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}

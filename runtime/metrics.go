@@ -22,6 +22,7 @@ type metrics struct {
 	beyond         prometheus.Counter
 	guard          prometheus.Counter
 	invalid        prometheus.Counter
+	notOwned       prometheus.Counter
 	lateness       prometheus.Histogram
 	partials       prometheus.Counter
 	firings        *prometheus.CounterVec
@@ -59,6 +60,8 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		beyond:    records.WithLabelValues(preagg.BeyondHorizon.String()),
 		guard:     records.WithLabelValues(preagg.GuardExpired.String()),
 		invalid:   records.WithLabelValues(latepath.VerdictInvalid),
+		notOwned: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_clicks_not_owned_total",
+			Help: "Records read whose ad belongs to another key-group range: they moved the watermark and were left to their range (0 for a job owning every key group)."}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "adclick_lateness_seconds",
 			Help:    "How late late clicks were: the judge time (max of floor and watermark) minus the click's event time.",
 			Buckets: []float64{1, 5, 15, 60, 300, 900, 1800, 3600, 7200}}),
@@ -108,7 +111,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	}
 	m.totalsUp.Set(1)
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.records, m.lateness, m.partials, m.firings, m.watermark, m.watermarkLag,
+		for _, c := range []prometheus.Collector{m.records, m.notOwned, m.lateness, m.partials, m.firings, m.watermark, m.watermarkLag,
 			m.shardWatermark, m.shardIdle, m.ckptDuration, m.ckpts, m.ckptSize, m.ckptUploaded, m.lastCkptID, m.lastCkptTime, m.writes,
 			m.refused, m.sinkRetries, m.totalsErrors, m.totalsUp, m.restores, m.restoreSecs, m.blocked,
 			m.dedupBytes, m.dedupVain, m.dedupGets, m.dedupFolds} {
