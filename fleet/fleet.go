@@ -1,0 +1,387 @@
+// Package fleet runs one worker of a job that several processes share
+// (docs/scale-out.md). The job's 128 key groups are cut into ranges, one
+// lease item each in DynamoDB (package lease). A worker holds a slot lease
+// (so the others count it) and, round after round, does what lease.Balance
+// plans for it: take free and expired ranges up to its share, ask a loaded
+// worker for one, hand over a range another worker asked for. For every
+// range it holds it runs a range pipeline: a runtime.Job restricted to the
+// range's key groups (runtime.Config.KeyGroups), fenced by the range's
+// claim, with its own data dir, checkpoint prefix, tag-index scope and lake
+// scope, reading every shard of the stream from its own positions.
+//
+// A worker that dies stops renewing; after a lease duration the others
+// take its ranges, and each new holder restores the range's latest
+// checkpoint and runs the range's full flush before it reads, exactly as a
+// single process does after a crash, touching no other range. A handed-over
+// range ends with a final checkpoint, and its claim is released, so the
+// asker takes it without waiting.
+//
+// This is the first stage of the note's design: each range pipeline has its
+// own feed (the note's catch-up feed, never joined to a shared one), so a
+// worker reads every shard once per range it holds, and ranges are fixed
+// at setup (no split or merge). The note's §15 lists what follows.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/adclick/adclick/lease"
+	"github.com/adclick/adclick/runtime"
+	"github.com/adclick/adclick/windowing"
+)
+
+// Options configures Run.
+type Options struct {
+	// Worker is this worker's side of the lease table. Required.
+	Worker *lease.Worker
+	// Config returns the configuration of the pipeline of range r: its own
+	// DataDir, checkpoint store (a prefix of its own), scoped sinks and the
+	// source opener, every field but KeyGroups, Lease, Logger and
+	// Registerer, which Run sets. It is called each time the worker starts
+	// the range. Required.
+	Config func(r windowing.KeyGroups) (runtime.Config, error)
+	// Slots is the number of slot leases (the most workers the job runs at
+	// once). Default 16.
+	Slots int
+	// ScanEvery is the time between two rounds of the balancer. Default a
+	// third of the lease duration.
+	ScanEvery time.Duration
+	// Logger receives the worker's decisions; each pipeline logs with the
+	// attribute range=kg<from>-<to>. Default: discard.
+	Logger *slog.Logger
+	// Registerer receives the worker's metrics. Each pipeline registers its
+	// own in a registry of its own, labelled range=kg<from>-<to>, which
+	// Gatherer serves while the pipeline runs. nil: none.
+	Registerer prometheus.Registerer
+	// OnRange, if set, is called when a range pipeline starts (restored,
+	// flushed and reading: job is its runtime.Job) and once more with a nil
+	// job when it has stopped (err is why, nil for a clean stop). For the
+	// status endpoint and tests; it must not block.
+	OnRange func(r windowing.KeyGroups, job *runtime.Job, err error)
+}
+
+// DefaultSlots is Options.Slots's default.
+const DefaultSlots = 16
+
+// Fleet is a running worker. Create it with New, then call Run once.
+type Fleet struct {
+	o   Options
+	w   *lease.Worker
+	log *slog.Logger
+	m   *metrics
+
+	mu     sync.Mutex
+	ranges map[string]*pipeline // by lease key
+	done   chan *pipeline
+}
+
+// pipeline is one range pipeline and its goroutine.
+type pipeline struct {
+	key   string
+	r     windowing.KeyGroups
+	claim *lease.Claim
+	stop  context.CancelFunc
+	reg   *prometheus.Registry
+	err   error // set before done is sent
+	// handoff is set when the range is being handed over: its stop is
+	// graceful and expected.
+	handoff bool
+
+	jobMu sync.Mutex
+	job   *runtime.Job
+}
+
+// New checks o and returns the worker.
+func New(o Options) (*Fleet, error) {
+	var errs []error
+	if o.Worker == nil {
+		errs = append(errs, errors.New("no lease worker"))
+	}
+	if o.Config == nil {
+		errs = append(errs, errors.New("no range configuration (Config)"))
+	}
+	if o.Slots == 0 {
+		o.Slots = DefaultSlots
+	}
+	if o.Slots < 1 {
+		errs = append(errs, fmt.Errorf("slots %d must be at least 1", o.Slots))
+	}
+	if o.ScanEvery < 0 {
+		errs = append(errs, fmt.Errorf("scan interval %s must not be negative", o.ScanEvery))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("fleet: %w", errors.Join(errs...))
+	}
+	if o.ScanEvery == 0 {
+		o.ScanEvery = max(o.Worker.Options().Duration/3, 10*time.Millisecond)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Fleet{o: o, w: o.Worker, log: o.Logger.With("worker", o.Worker.ID()), m: newMetrics(o.Registerer, o.Worker.Job()),
+		ranges: map[string]*pipeline{}, done: make(chan *pipeline, 1)}, nil
+}
+
+// Run works until ctx ends: then every range pipeline stops with a final
+// checkpoint, its claim and the slot are released, and Run returns nil.
+// It returns an error only when it cannot go on at all (the slot cannot be
+// held); a failing range pipeline is logged, its range released for
+// another round (or another worker), and the worker goes on.
+func (f *Fleet) Run(ctx context.Context) error {
+	watcher := lease.NewWatcher()
+	bo := f.w.BalanceOptions()
+	var slot *lease.Claim
+	var slotDone chan error
+	defer func() {
+		f.stopAll()
+		if slot != nil {
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := slot.Release(rctx); err != nil {
+				f.log.Warn("releasing the slot failed", "err", err)
+			}
+		}
+	}()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case p := <-f.done:
+			f.ended(p)
+			continue
+		case err := <-slotDone:
+			f.log.Warn("slot lease lost; taking a slot again", "err", err)
+			slot, slotDone = nil, nil
+		case <-timer.C:
+		}
+		timer.Reset(f.o.ScanEvery)
+		scan, err := f.w.Scan(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			f.m.scanErrors.Inc()
+			f.log.Warn("reading the lease table failed; trying again next round", "err", err)
+			continue
+		}
+		snap := watcher.Observe(scan)
+		if snap.Map == nil {
+			f.log.Warn("the job has no ranges in the lease table: run adclick setup with --ranges")
+			continue
+		}
+		if slot == nil {
+			it, ok := lease.ChooseSlot(snap, f.w.Job(), scan.At, f.o.Slots, bo)
+			if !ok {
+				f.log.Warn("every slot is held by a live worker; waiting", "slots", f.o.Slots)
+				continue
+			}
+			c, err := f.w.Take(ctx, it)
+			if err != nil {
+				f.log.Info("taking a slot failed; trying again next round", "slot", it.Key, "err", err)
+				continue
+			}
+			slot, slotDone = c, make(chan error, 1)
+			go func(c *lease.Claim, done chan error) { done <- c.Run(context.WithoutCancel(ctx)) }(slot, slotDone)
+			f.log.Info("slot taken", "slot", it.Key)
+			// Count this worker before taking ranges: the next round sees
+			// the slot.
+			continue
+		}
+		f.round(ctx, lease.Balance(snap, f.w.ID(), scan.At, bo))
+	}
+}
+
+// round carries out one plan.
+func (f *Fleet) round(ctx context.Context, p lease.Plan) {
+	f.m.target.Set(float64(p.Target))
+	f.m.workers.Set(float64(p.Workers))
+	for _, it := range p.Cancel {
+		if err := f.w.CancelHandoff(ctx, it); err != nil && !errors.Is(err, lease.ErrChanged) {
+			f.log.Warn("removing a handoff request failed", "lease", it.Key, "err", err)
+		}
+	}
+	for _, it := range p.HandOff {
+		f.mu.Lock()
+		pl := f.ranges[it.Key]
+		f.mu.Unlock()
+		if pl != nil && !pl.handoff {
+			pl.handoff = true
+			f.m.handoffs.Inc()
+			f.log.Info("handing a range over", "range", pl.r.String(), "to", it.HandoffTo)
+			pl.stop()
+		}
+	}
+	for _, it := range p.Take {
+		f.mu.Lock()
+		_, running := f.ranges[it.Key]
+		f.mu.Unlock()
+		if running {
+			continue // a tenure of ours still stopping
+		}
+		c, err := f.w.Take(ctx, it)
+		if err != nil {
+			if !errors.Is(err, lease.ErrChanged) {
+				f.log.Warn("taking a range failed", "lease", it.Key, "err", err)
+			}
+			continue
+		}
+		f.start(ctx, c)
+	}
+	if p.Ask != nil {
+		if err := f.w.AskHandoff(ctx, *p.Ask); err != nil && !errors.Is(err, lease.ErrChanged) {
+			f.log.Warn("asking for a range failed", "lease", p.Ask.Key, "err", err)
+		} else if err == nil {
+			f.log.Info("asked for a range", "lease", p.Ask.Key, "holder", p.Ask.Worker)
+		}
+	}
+}
+
+// start runs the pipeline of the range claim holds.
+func (f *Fleet) start(ctx context.Context, c *lease.Claim) {
+	lr := c.Range()
+	r := windowing.KeyGroups{From: lr.From, To: lr.To}
+	rctx, stop := context.WithCancel(ctx)
+	p := &pipeline{key: c.Key(), r: r, claim: c, stop: stop, reg: prometheus.NewRegistry()}
+	f.mu.Lock()
+	f.ranges[p.key] = p
+	f.mu.Unlock()
+	f.m.held.Inc()
+	f.m.starts.Inc()
+	f.log.Info("range taken", "range", r.String(), "fence", c.Fence(), "previous_owner", c.Item().LastOwner)
+	go func() {
+		p.err = f.runPipeline(rctx, p)
+		f.done <- p
+	}()
+}
+
+func (f *Fleet) runPipeline(ctx context.Context, p *pipeline) error {
+	log := f.o.Logger.With("range", p.r.String())
+	// Whatever happens, the claim ends with the pipeline: a range nobody
+	// runs must be free for the next round.
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := p.claim.Release(rctx); err != nil {
+			log.Warn("releasing the range failed; it is free once its lease lapses", "err", err)
+		}
+	}()
+	cfg, err := f.o.Config(p.r)
+	if err != nil {
+		return fmt.Errorf("fleet: configure range %s: %w", p.r, err)
+	}
+	cfg.KeyGroups = p.r
+	cfg.Logger = log
+	cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"range": p.r.String()}, p.reg)
+	claim := p.claim
+	cfg.Lease = &runtime.LeaseConfig{Acquire: func(context.Context, *slog.Logger, prometheus.Registerer) (runtime.Lease, error) {
+		return claim, nil
+	}}
+	job, err := runtime.Open(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("fleet: open range %s: %w", p.r, err)
+	}
+	p.jobMu.Lock()
+	p.job = job
+	p.jobMu.Unlock()
+	if f.o.OnRange != nil {
+		f.o.OnRange(p.r, job, nil)
+	}
+	err = job.Run(ctx)
+	if cerr := job.Close(); cerr != nil && err == nil && !errors.Is(cerr, lease.ErrLost) {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("fleet: range %s: %w", p.r, err)
+	}
+	return nil
+}
+
+// ended books a pipeline that stopped.
+func (f *Fleet) ended(p *pipeline) {
+	f.mu.Lock()
+	delete(f.ranges, p.key)
+	f.mu.Unlock()
+	f.m.held.Dec()
+	switch {
+	case p.err == nil:
+		f.log.Info("range stopped", "range", p.r.String(), "handoff", p.handoff)
+	case p.handoff:
+		f.log.Warn("range stopped during its handoff with an error; the asker restores its last checkpoint", "range", p.r.String(), "err", p.err)
+	default:
+		f.m.failures.Inc()
+		f.log.Error("range pipeline failed; its lease is released for the next round", "range", p.r.String(), "err", p.err)
+	}
+	if f.o.OnRange != nil {
+		f.o.OnRange(p.r, nil, p.err)
+	}
+}
+
+// stopAll stops every pipeline (each with a final checkpoint) and waits.
+func (f *Fleet) stopAll() {
+	f.mu.Lock()
+	ps := slices.Collect(maps.Values(f.ranges))
+	f.mu.Unlock()
+	for _, p := range ps {
+		p.stop()
+	}
+	for range ps {
+		f.ended(<-f.done)
+	}
+}
+
+// Held returns the ranges this worker runs now, in key-group order.
+func (f *Fleet) Held() []windowing.KeyGroups {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []windowing.KeyGroups
+	for _, p := range f.ranges {
+		out = append(out, p.r)
+	}
+	slices.SortFunc(out, func(a, b windowing.KeyGroups) int { return a.From - b.From })
+	return out
+}
+
+// Status returns the status of every running range pipeline that has
+// opened, by range name.
+func (f *Fleet) Status() map[string]runtime.Status {
+	f.mu.Lock()
+	ps := slices.Collect(maps.Values(f.ranges))
+	f.mu.Unlock()
+	out := map[string]runtime.Status{}
+	for _, p := range ps {
+		p.jobMu.Lock()
+		j := p.job
+		p.jobMu.Unlock()
+		if j != nil {
+			out[p.r.String()] = j.Status()
+		}
+	}
+	return out
+}
+
+// Gatherer returns the metrics of the running range pipelines (each
+// labelled with its range), for the metrics endpoint beside the process's
+// own registry.
+func (f *Fleet) Gatherer() prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		f.mu.Lock()
+		gs := make(prometheus.Gatherers, 0, len(f.ranges))
+		for _, p := range f.ranges {
+			gs = append(gs, p.reg)
+		}
+		f.mu.Unlock()
+		return gs.Gather()
+	})
+}
