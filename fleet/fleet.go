@@ -220,6 +220,13 @@ func (f *Fleet) round(ctx context.Context, p lease.Plan) {
 			pl.handoff = true
 			f.m.handoffs.Inc()
 			f.log.Info("handing a range over", "range", pl.r.String(), "to", it.HandoffTo)
+			pl.jobMu.Lock()
+			if pl.job != nil {
+				// The range goes on at the asker: its open windows must not
+				// fire now (Config.Drain is for a stop of the whole job).
+				pl.job.SetDrain(false)
+			}
+			pl.jobMu.Unlock()
 			pl.stop()
 		}
 	}

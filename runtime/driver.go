@@ -115,7 +115,7 @@ func (d *driver) run(ctx, runCtx context.Context) error {
 			return context.Cause(runCtx)
 		}
 		if ctx.Err() != nil {
-			return d.stop(runCtx, d.j.cfg.Drain)
+			return d.stop(runCtx, d.j.drain.Load())
 		}
 		var wait time.Duration
 		if !virtual {
@@ -127,7 +127,7 @@ func (d *driver) run(ctx, runCtx context.Context) error {
 			}
 			if d.idleExit(now) {
 				d.j.log.Info("source caught up and idle: stopping", "idle_for", d.j.cfg.ExitWhenIdle)
-				return d.stop(runCtx, d.j.cfg.Drain)
+				return d.stop(runCtx, d.j.drain.Load())
 			}
 			wait = time.Duration(max(d.sm.NextTick()-now, 1)) * time.Millisecond
 		}

@@ -95,12 +95,22 @@ type Job struct {
 	// lastBeat is when the driver last made progress (Unix ns): a loop
 	// iteration or a subtask's answer to a barrier.
 	lastBeat atomic.Int64
+	// drain is Config.Drain, as SetDrain last changed it: read when the
+	// run stops.
+	drain atomic.Bool
 }
 
 // stallAfter is how long the driver may go without progress before the
 // job reports not ready: a loop iteration comes at least every watermark
 // interval, and a checkpoint's barrier answers well within this.
 const stallAfter = 15 * time.Second
+
+// SetDrain changes, for the next stop by context, whether the watermark
+// first advances to the end of time (Config.Drain): a worker handing a
+// range over to another stops it without draining, so that its open
+// windows go on filling at the new owner, while a stop of the whole job
+// drains as configured.
+func (j *Job) SetDrain(v bool) { j.drain.Store(v) }
 
 func (j *Job) beat() { j.lastBeat.Store(time.Now().UnixNano()) }
 
@@ -133,6 +143,7 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		return nil, err
 	}
 	j := &Job{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer), ctl: make(chan ctlReq), done: make(chan struct{}), lock: lock}
+	j.drain.Store(cfg.Drain)
 	if cfg.Lease != nil {
 		if err := j.acquireLease(ctx); err != nil {
 			j.Close()

@@ -24,6 +24,7 @@ import (
 	"github.com/adclick/adclick/api"
 	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/eventtime"
+	"github.com/adclick/adclick/fleet"
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/ingest/source"
@@ -33,6 +34,7 @@ import (
 	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/runtime"
 	"github.com/adclick/adclick/sink/embedded"
+	"github.com/adclick/adclick/windowing"
 )
 
 const runSummary = `Runs the job. With no flags it runs in embedded mode: the built-in generator
@@ -90,6 +92,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	leaseTable := fs.String("lease-table", "", "DynamoDB table of job leases (default with --sink dynamodb:TABLE: TABLE"+lease.TableSuffix+"); with --checkpoints s3:// the job holds a lease there, so a second process on the same job is refused and a crashed one is taken over once its lease lapses")
 	leaseMs := fs.Int64("lease-ms", lease.DefaultDuration.Milliseconds(), "lease duration: renewed every third of it; a process that stopped renewing is taken over after it")
 	jobName := fs.String("job-name", "", "the job's name in the lease table (default: the --checkpoints s3:// location)")
+	fleetMode := fs.Bool("fleet", false, "run as one worker of a job several processes share: the job's key-group ranges, made by `adclick setup --ranges N --job-name NAME`, are leased in --lease-table; this worker takes its share, runs one pipeline per range it holds (each reading every shard, counting only its own ads), and takes over the ranges of a worker that stops renewing. Needs --sink dynamodb:TABLE, --checkpoints s3:// and --lake s3://")
+	keyGroups := fs.String("key-groups", "", "count only the ads of this key-group range, like kg0-64 (testing and benchmarks: a static share of the job; its checkpoints go under <--checkpoints>/<range> and its tag index and epoch sets are kept apart from other ranges'); a fleet (--fleet) leases its ranges instead")
+	workerID := fs.String("worker-id", "", "with --fleet: this worker's name in the lease table (default: host name and process id)")
+	maxWorkers := fs.Int("max-workers", fleet.DefaultSlots, "with --fleet: the most workers of the job at once (its slot leases)")
 	checkpointsURL := fs.String("checkpoints", "", "keep checkpoints and savepoints in s3://BUCKET/PREFIX (incremental, manifest last) instead of under --data; a restart with an empty --data restores from there")
 	fs.StringVar(&cfg.FromSavepoint, "from-savepoint", "", "start from this savepoint instead of the latest checkpoint (blue/green, rescaling, upgrades): an id in this job's checkpoint store, a local folder, or another job's savepoint in S3 as `adclick savepoint` printed it (s3://BUCKET/PREFIX/manifests/sp-<id>.json)")
 	fs.Int64Var(&cfg.JobGen, "job-gen", 1, "job generation (job_gen) of this version; raise it for each blue/green deployment")
@@ -128,6 +134,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	cfg.AllowanceMs = allowance
+	if *keyGroups != "" {
+		r, err := windowing.ParseKeyGroups(*keyGroups)
+		if err != nil {
+			return usageError{fmt.Errorf("--key-groups: %w", err)}
+		}
+		cfg.KeyGroups = r
+	}
 	sf.retention = retention()
 	cfg.DedupMemoryBytes = *dedupMB << 20
 	if err := refuseZero(fs, "watermark-interval-ms", "idle-ms", "window-ms", "horizon-ms", "guard-ms",
@@ -138,7 +151,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	// The source: one line per kind.
+	// The source: one line per kind. rangeSource opens it for one range of
+	// a fleet.
+	var rangeSource func(windowing.KeyGroups) source.Open
 	kind, name, _ := strings.Cut(cfg.Source, ":")
 	switch {
 	case cfg.Source == "gen":
@@ -158,6 +173,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 		cfg.OpenSource = kinesis.Opener(api, ko)
+		rangeSource = func(r windowing.KeyGroups) source.Open {
+			// Each range reads through a consumer of its own: two
+			// subscriptions of one consumer take each other over.
+			o := ko
+			if o.Consumer != "" && !r.All() {
+				o.Consumer += "-" + r.String()
+			}
+			return kinesis.Opener(api, o)
+		}
 	default:
 		return usageError{fmt.Errorf("--source %q: want gen, file:PATH or kinesis:STREAM", cfg.Source)}
 	}
@@ -166,6 +190,31 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Registerer = reg
 	cfg.Logger = log
 	cfg.Crash = func() { os.Exit(137) }
+	if *fleetMode {
+		fa := fleetArgs{workerID: *workerID, slots: *maxWorkers, leaseTable: *leaseTable, job: *jobName, leaseMs: *leaseMs,
+			checkpoints: *checkpointsURL, lake: *lakeURL, listen: *listen, openSource: rangeSource}
+		if err := checkFleet(fa, &sf, &cfg, *exitAfterRestore); err != nil {
+			return err
+		}
+		if fa.openSource == nil {
+			open := cfg.OpenSource
+			fa.openSource = func(windowing.KeyGroups) source.Open { return open }
+		}
+		return runFleet(ctx, cfg, fa, &sf, reg, log)
+	}
+	if *workerID != "" || fs.Lookup("max-workers").Value.String() != fs.Lookup("max-workers").DefValue {
+		return usageError{errors.New("--worker-id and --max-workers go with --fleet")}
+	}
+	if !cfg.KeyGroups.All() {
+		// A static range keeps its checkpoints, its lease and its writes'
+		// bookkeeping apart from the other ranges' of the job.
+		if *checkpointsURL != "" {
+			*checkpointsURL = strings.TrimSuffix(*checkpointsURL, "/") + "/" + cfg.KeyGroups.String()
+		}
+		if *jobName != "" {
+			*jobName += "/" + cfg.KeyGroups.String()
+		}
+	}
 	if cfg.Lease, err = leaseConfig(ctx, *leaseTable, *jobName, *checkpointsURL, *leaseMs, &sf, log); err != nil {
 		return err
 	}
@@ -202,6 +251,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer closeSinks()
 	cfg.Rows, cfg.Totals = rows, totals
+	if !cfg.KeyGroups.All() {
+		if cfg.Rows, cfg.Totals, err = scopedSinks(rows, totals, cfg.KeyGroups.Scope()); err != nil {
+			return err
+		}
+	}
 	if rows == nil {
 		// Embedded mode: the store under --data, opened by the job once it
 		// holds the data dir.

@@ -27,7 +27,8 @@ bucket_shard; --backfill-bucket-shards sets it on older rows, a Scan of the
 table), and TTL on its expires_at attribute (rows expire after run's
 --minute-retention-days and --hour-retention-days). Next to it the lease table (--lease-table, default TABLE-leases; key
 lease_key, on-demand billing), which keeps two processes from running as the
-same job; with --stream STREAM a Kinesis stream of --shards shards; with
+same job; with --ranges N and --job-name NAME also that job's N key-group
+ranges in it (a job that several workers share: adclick run --fleet); with --stream STREAM a Kinesis stream of --shards shards; with
 --checkpoints s3://BUCKET/PREFIX the bucket. Any of them may be given in one
 call. While it waits for a table, an index or the stream to become ACTIVE it
 shows what it waits for on a terminal's stderr. Endpoints, region and
@@ -43,6 +44,8 @@ func cmdSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	bucket := fs.String("checkpoints", "", "s3://BUCKET/PREFIX: create the bucket if missing")
 	shards := fs.Int("shards", 4, "shards of a new stream")
 	leaseTable := fs.String("lease-table", "", "lease table to create if missing (default: the --sink table's name + \""+lease.TableSuffix+"\")")
+	ranges := fs.Int("ranges", 0, "with --job-name: cut the job's 128 key groups into this many ranges of (nearly) equal size in the lease table, for a job that several workers share (adclick run --fleet); 1 to 128; a job set up before must have the same ranges")
+	jobName := fs.String("job-name", "", "with --ranges: the job's name in the lease table, as run's --job-name")
 	backfill := fs.Bool("backfill-bucket-shards", false, "with --sink dynamodb:TABLE, set "+dynamo.BucketShardAttribute+" on every row that lacks it (rows written by a release before "+dynamo.BucketIndex+", missing from GET /v1/hours/{hour}); scans the whole table")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -53,6 +56,18 @@ func cmdSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *leaseTable == "" && isDynamo {
 		*leaseTable = lease.DefaultTable(table)
+	}
+	if (*ranges != 0) != (*jobName != "") {
+		return usageError{fmt.Errorf("--ranges and --job-name go together: the ranges belong to a job")}
+	}
+	var rs []lease.Range
+	if *ranges != 0 {
+		if rs, err = lease.EvenRanges(*ranges); err != nil {
+			return usageError{fmt.Errorf("--ranges %d: %w", *ranges, err)}
+		}
+		if *leaseTable == "" {
+			return usageError{fmt.Errorf("--ranges needs a lease table: --lease-table TABLE, or --sink dynamodb:TABLE")}
+		}
 	}
 	if !isDynamo && *stream == "" && *bucket == "" && *leaseTable == "" {
 		return usageError{fmt.Errorf("nothing to set up: pass --sink dynamodb:TABLE, --lease-table TABLE, --stream STREAM and/or --checkpoints s3://BUCKET/PREFIX")}
@@ -123,6 +138,16 @@ func cmdSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		fmt.Fprintf(stdout, "lease table %s ready\n", *leaseTable)
+		if len(rs) > 0 {
+			w, err := lease.NewWorker(dynamodb.NewFromConfig(cfg), lease.WorkerOptions{Table: *leaseTable, Job: *jobName})
+			if err != nil {
+				return err
+			}
+			if err := w.Setup(ctx, rs); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "job %s: %d key-group ranges ready in %s\n", *jobName, len(rs), *leaseTable)
+		}
 	}
 	return nil
 }

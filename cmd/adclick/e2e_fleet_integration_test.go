@@ -1,0 +1,369 @@
+//go:build integration
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/adclick/adclick/internal/testenv"
+)
+
+// fleetWorker is one `adclick run --fleet` process.
+type fleetWorker struct {
+	id   string
+	addr string
+	log  string // its JSON log
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// fleetLog is one line of a worker's JSON log.
+type fleetLog struct {
+	Time  time.Time `json:"time"`
+	Msg   string    `json:"msg"`
+	Range string    `json:"range"`
+	Found *bool     `json:"found"`
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func startWorker(t *testing.T, dir, id string, args []string) *fleetWorker {
+	t.Helper()
+	w := &fleetWorker{id: id, addr: freeAddr(t), log: filepath.Join(dir, id+".log"), done: make(chan error, 1)}
+	f, err := os.Create(w.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.cmd = exec.Command(binPath, append(slices.Clone(args), "--worker-id", id, "--listen", w.addr,
+		"--data", filepath.Join(dir, "data-"+id))...)
+	w.cmd.Stderr = f
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { w.done <- w.cmd.Wait(); f.Close() }()
+	t.Cleanup(func() { w.cmd.Process.Kill() })
+	return w
+}
+
+// status returns the worker's ranges and their status, or nil if it does
+// not answer.
+func (w *fleetWorker) status() map[string]struct {
+	Shards []struct {
+		ID         string
+		MaxEventMs int64
+	} `json:"shards"`
+} {
+	resp, err := http.Get("http://" + w.addr + "/v1/status")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Ranges map[string]struct {
+			Shards []struct {
+				ID         string
+				MaxEventMs int64
+			} `json:"shards"`
+		} `json:"ranges"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return nil
+	}
+	return st.Ranges
+}
+
+// ranges returns the ranges the worker runs.
+func (w *fleetWorker) ranges() []string {
+	var out []string
+	for r := range w.status() {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// logs returns the worker's log lines at or after since.
+func (w *fleetWorker) logs(t *testing.T, since time.Time) []fleetLog {
+	t.Helper()
+	f, err := os.Open(w.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []fleetLog
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var l fleetLog
+		if json.Unmarshal(sc.Bytes(), &l) == nil && !l.Time.Before(since) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// holders maps each range to the workers that run it.
+func holders(ws []*fleetWorker) map[string][]string {
+	out := map[string][]string{}
+	for _, w := range ws {
+		for _, r := range w.ranges() {
+			out[r] = append(out[r], w.id)
+		}
+	}
+	return out
+}
+
+// settled reports whether every range runs on exactly one of ws, and each
+// of ws runs at least one.
+func settled(ws []*fleetWorker, ranges int) bool {
+	h := holders(ws)
+	if len(h) != ranges {
+		return false
+	}
+	for _, hs := range h {
+		if len(hs) != 1 {
+			return false
+		}
+	}
+	for _, w := range ws {
+		if len(w.ranges()) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestFleetEndToEnd runs one job on three `adclick run --fleet` processes
+// against kinesalite (4 shards), dynalite, s3rver and redis-server, with
+// the job's key groups cut into 6 ranges. While the trace is put in parts,
+// a worker is killed with SIGKILL (twice, each time another), a fourth is
+// added and one is stopped with SIGTERM. After each kill, the survivors
+// restore and flush exactly the ranges the killed worker held (their logs
+// say which), besides any range a handoff moved. At the end, a SIGTERM
+// drains every range, and the rows equal an independent count: for every
+// (ad, hour) fast + late = the valid, de-duplicated clicks, each hour the
+// sum of its minutes, no minute above its truth; the running totals in
+// Valkey equal the rows.
+func TestFleetEndToEnd(t *testing.T) {
+	testenv.Kinesis(t)
+	testenv.DynamoDB(t)
+	testenv.S3(t)
+	vaddr := testenv.Valkey(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	dir := t.TempDir()
+	const ranges = 6
+	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
+	stream, table, bucket, job := "fs"+suffix, "ft"+suffix, "s3://fb"+suffix, "fleet"+suffix
+	run(t, 0, "setup", "--stream", stream, "--shards", "4", "--sink", "dynamodb:"+table, "--checkpoints", bucket+"/ckpt",
+		"--ranges", strconv.Itoa(ranges), "--job-name", job)
+
+	const clicks = 4000
+	start := time.Now().Add(-clicks * 10 * time.Millisecond).UnixMilli()
+	trace := filepath.Join(dir, "trace.jsonl")
+	run(t, 0, "gen", "--out", trace, "--clicks", strconv.Itoa(clicks), "--rate", "100", "--ads", "40", "--shards", "4",
+		"--tail-fraction", "0.05", "--tail-max-ms", "5400000", "--dup-fraction", "0.03", "--invalid-fraction", "0.01",
+		"--skew-fraction", "0", "--seed", strconv.Itoa(rng.IntN(1000)+1), "--start-ms", strconv.FormatInt(start, 10))
+	b, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.SplitAfter(bytes.TrimSpace(b), []byte("\n"))
+	const parts = 5
+	put := func(part int) {
+		t.Helper()
+		p := filepath.Join(dir, fmt.Sprintf("part%d.jsonl", part))
+		if err := os.WriteFile(p, bytes.Join(lines[part*len(lines)/parts:(part+1)*len(lines)/parts], nil), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run(t, 0, "put", "--from", p, "--to", "kinesis:"+stream)
+	}
+
+	prefix := "f" + suffix
+	args := []string{"run", "--fleet", "--source", "kinesis:" + stream, "--sink", "dynamodb:" + table, "--valkey", vaddr,
+		"--valkey-prefix", prefix, "--checkpoints", bucket + "/ckpt", "--lake", bucket + "/lake", "--job-name", job,
+		"--lease-ms", "3000", "--log-format", "json", "--progress", "0", "--parallelism", "2", "--checkpoint-interval-ms", "1000",
+		"--flush-writes-per-sec", "1000000", "--kinesis-limit", "100", "--drain"}
+	workers := []*fleetWorker{startWorker(t, dir, "w1", args), startWorker(t, dir, "w2", args), startWorker(t, dir, "w3", args)}
+	put(0)
+	waitUntil(t, "three workers to share the ranges", 90*time.Second, func() bool { return settled(workers, ranges) })
+
+	// Kill a worker twice, each time another, with SIGKILL.
+	for k := range 2 {
+		victim := workers[rng.IntN(len(workers))]
+		held := victim.ranges()
+		killedAt := time.Now()
+		if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-victim.done
+		rest := slices.DeleteFunc(slices.Clone(workers), func(w *fleetWorker) bool { return w == victim })
+		put(1 + k)
+		waitUntil(t, "the survivors to take the killed worker's ranges", 90*time.Second, func() bool {
+			h := holders(rest)
+			if len(h) != ranges {
+				return false
+			}
+			for _, hs := range h {
+				if len(hs) != 1 {
+					return false
+				}
+			}
+			return true
+		})
+		// Which ranges the survivors started (each start restores the
+		// range's latest checkpoint and runs its full flush) and flushed
+		// since the kill, and which they handed over between them.
+		taken, flushed, handed := map[string]bool{}, map[string]bool{}, map[string]bool{}
+		for _, w := range rest {
+			for _, l := range w.logs(t, killedAt) {
+				switch {
+				case l.Range == "":
+				case l.Msg == "range taken":
+					taken[l.Range] = true
+				case l.Msg == "flush done":
+					flushed[l.Range] = true
+				case l.Msg == "handing a range over":
+					handed[l.Range] = true
+				}
+			}
+		}
+		for _, r := range held {
+			if !taken[r] || !flushed[r] {
+				t.Errorf("kill %d: range %s of the killed worker %s: taken %v, flushed %v by a survivor; want both", k, r, victim.id, taken[r], flushed[r])
+			}
+		}
+		for r := range taken {
+			if !slices.Contains(held, r) && !handed[r] {
+				t.Errorf("kill %d: range %s was restored, though its worker was not killed and did not hand it over", k, r)
+			}
+		}
+		t.Logf("kill %d: %s held %v; taken since: %v; handed over: %v", k, victim.id, held, taken, handed)
+		// The killed worker comes back under a new name.
+		back := startWorker(t, dir, fmt.Sprintf("%s-r%d", victim.id, k), args)
+		workers = append(rest, back)
+		waitUntil(t, "the restarted worker to take its share", 90*time.Second, func() bool { return settled(workers, ranges) })
+	}
+
+	// Add a fourth worker, then stop one with SIGTERM while they read.
+	workers = append(workers, startWorker(t, dir, "w4", args))
+	put(3)
+	waitUntil(t, "four workers to share the ranges", 90*time.Second, func() bool { return settled(workers, ranges) })
+	leaving := workers[0]
+	if err := leaving.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-leaving.done; err != nil {
+		t.Fatalf("worker %s after SIGTERM: %v", leaving.id, err)
+	}
+	workers = workers[1:]
+	put(4)
+	waitUntil(t, "three workers to share the ranges again", 90*time.Second, func() bool { return settled(workers, ranges) })
+
+	// One last click per shard, later than every other: a range whose every
+	// shard has read its mark has read everything before it.
+	markMs := time.Now().UnixMilli()
+	var marks bytes.Buffer
+	for s := range 4 {
+		fmt.Fprintf(&marks, `{"click_id":"mark-%d","ad_id":"ad_%d","campaign_id":"k","device_id":"d","impression_ms":%d,"device_ms":%d,"spend_micros":1,"arrival_ms":%d,"shard":"m%d"}`+"\n",
+			s, s, markMs-1000, markMs, markMs, s)
+	}
+	markFile := filepath.Join(dir, "marks.jsonl")
+	if err := os.WriteFile(markFile, marks.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, 0, "put", "--from", markFile, "--to", "kinesis:"+stream)
+	waitUntil(t, "every range to read the marks", 120*time.Second, func() bool {
+		n := 0
+		for _, w := range workers {
+			for _, st := range w.status() {
+				if len(st.Shards) != 4 {
+					return false
+				}
+				for _, sh := range st.Shards {
+					if sh.MaxEventMs < markMs {
+						return false
+					}
+				}
+				n++
+			}
+		}
+		return n == ranges
+	})
+	for _, w := range workers {
+		if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range workers {
+		if err := <-w.done; err != nil {
+			t.Errorf("worker %s after SIGTERM: %v", w.id, err)
+		}
+	}
+
+	all := filepath.Join(dir, "all.jsonl")
+	if err := os.WriteFile(all, append(slices.Clone(b), append([]byte("\n"), marks.Bytes()...)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ref := buildReference(t, all)
+	rs := parseRows(t, run(t, 0, "rows", "--sink", "dynamodb:"+table))
+	if len(rs) == 0 {
+		t.Fatal("no rows written")
+	}
+	check(t, rs, ref, nil)
+	vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{vaddr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vc.Close()
+	checkValkey(t, vc, prefix, rs)
+	// Every range's rows were written under its own scope.
+	scopes := map[string]bool{}
+	for _, r := range rs {
+		for _, ix := range []string{r.FastIx, r.LateIx} {
+			if s, _, ok := strings.Cut(ix, "/"); ok {
+				scopes[s] = true
+			} else if ix != "" {
+				t.Errorf("%s/%s: tag index key %q has no range scope", r.Entity, r.Bucket, ix)
+			}
+		}
+	}
+	if len(scopes) != ranges {
+		t.Errorf("rows carry the scopes %v, want %d ranges'", scopes, ranges)
+	}
+}

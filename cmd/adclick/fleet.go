@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/adclick/adclick/ckptstore"
+	"github.com/adclick/adclick/fleet"
+	"github.com/adclick/adclick/ingest/source"
+	"github.com/adclick/adclick/lease"
+	"github.com/adclick/adclick/runtime"
+	"github.com/adclick/adclick/sink"
+	"github.com/adclick/adclick/sink/dynamo"
+	"github.com/adclick/adclick/sink/valkey"
+	"github.com/adclick/adclick/windowing"
+)
+
+// fleetArgs is what run --fleet needs beyond the job's configuration.
+type fleetArgs struct {
+	workerID    string
+	slots       int
+	leaseTable  string
+	job         string
+	leaseMs     int64
+	checkpoints string // s3://BUCKET/PREFIX: each range under <prefix>/<range>
+	lake        string // s3://BUCKET/PREFIX, shared by every range
+	listen      string
+	// openSource returns the source opener of range r (an EFO consumer of
+	// its own per range).
+	openSource func(r windowing.KeyGroups) source.Open
+}
+
+// checkFleet refuses a --fleet run whose stores cannot be shared by
+// workers on several machines, before anything is opened.
+func checkFleet(a fleetArgs, sf *sinkFlags, cfg *runtime.Config, exitAfterRestore bool) error {
+	var errs []error
+	if !strings.HasPrefix(cfg.Source, "kinesis:") {
+		errs = append(errs, fmt.Errorf("--fleet reads a Kinesis stream (--source kinesis:STREAM), not %s", cfg.Source))
+	}
+	if cfg.ExitWhenIdle > 0 {
+		errs = append(errs, errors.New("--fleet does not take --exit-when-idle: a worker runs until it is stopped (SIGTERM), and its ranges move to the others"))
+	}
+	if !cfg.KeyGroups.All() {
+		errs = append(errs, errors.New("--fleet takes its key-group ranges from the lease table, not --key-groups"))
+	}
+	savepoint := cfg.FromSavepoint
+	if _, isDynamo, _ := sf.table(); !isDynamo {
+		errs = append(errs, errors.New("--fleet needs --sink dynamodb:TABLE (every worker writes the same rows table)"))
+	}
+	if !strings.HasPrefix(a.checkpoints, "s3://") {
+		errs = append(errs, errors.New("--fleet needs --checkpoints s3://BUCKET/PREFIX (a range restores on whichever worker takes it)"))
+	}
+	if !strings.HasPrefix(a.lake, "s3://") {
+		errs = append(errs, errors.New("--fleet needs --lake s3://BUCKET/PREFIX (the recount reads every range's lake)"))
+	}
+	if savepoint != "" {
+		errs = append(errs, errors.New("--fleet does not take --from-savepoint yet: start a fleet from its ranges' checkpoints"))
+	}
+	if exitAfterRestore {
+		errs = append(errs, errors.New("--fleet does not take --exit-after-restore"))
+	}
+	if a.slots < 1 {
+		errs = append(errs, fmt.Errorf("--max-workers %d must be at least 1", a.slots))
+	}
+	if len(errs) > 0 {
+		return usageError{errors.Join(errs...)}
+	}
+	return nil
+}
+
+// runFleet runs this process as one worker of a job several processes
+// share (package fleet): cfg is the configuration every range pipeline
+// starts from.
+func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlags, reg *prometheus.Registry, log *slog.Logger) error {
+	if a.job == "" {
+		bucket, prefix, err := ckptstore.ParseURL(a.checkpoints)
+		if err != nil {
+			return usageError{err}
+		}
+		a.job = bucket + "/" + strings.Trim(prefix, "/")
+	}
+	if a.leaseTable == "" {
+		t, _, _ := sf.table()
+		a.leaseTable = lease.DefaultTable(t)
+	}
+	if a.workerID == "" {
+		host, _ := os.Hostname()
+		a.workerID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	awsCfg, err := loadAWS(ctx)
+	if err != nil {
+		return err
+	}
+	w, err := lease.NewWorker(dynamodb.NewFromConfig(awsCfg), lease.WorkerOptions{Table: a.leaseTable, Job: a.job, ID: a.workerID,
+		Duration: time.Duration(a.leaseMs) * time.Millisecond, Address: a.listen, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	rows, totals, closeSinks, err := sf.open(ctx, reg)
+	if err != nil {
+		return err
+	}
+	defer closeSinks()
+	lake, err := openLake(ctx, a.lake, cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	base := cfg
+	f, err := fleet.New(fleet.Options{Worker: w, Slots: a.slots, Logger: log, Registerer: reg,
+		Config: func(r windowing.KeyGroups) (runtime.Config, error) {
+			c := base
+			c.DataDir = filepath.Join(base.DataDir, r.String())
+			c.OpenSource = a.openSource(r)
+			c.Lake = lake
+			var err error
+			if c.Rows, c.Totals, err = scopedSinks(rows, totals, r.Scope()); err != nil {
+				return c, err
+			}
+			c.Checkpoints, err = openCheckpoints(ctx, strings.TrimSuffix(a.checkpoints, "/")+"/"+r.String(), nil)
+			return c, err
+		}})
+	if err != nil {
+		return err
+	}
+	if a.listen != "" {
+		ln, err := net.Listen("tcp", a.listen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", a.listen, err)
+		}
+		srv := &http.Server{Handler: fleetHandler(f, a, reg), ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+		}()
+		log.Info("http api", "addr", ln.Addr().String())
+	}
+	log.Info("fleet worker starting", "worker", a.workerID, "job", a.job, "lease_table", a.leaseTable)
+	err = f.Run(ctx)
+	log.Info("fleet worker stopped", "worker", a.workerID)
+	return err
+}
+
+// scopedSinks returns the views of the shared stores for one range's tag
+// index and epoch sets ("" is the unscoped layout). A nil store stays nil
+// (embedded mode: the store under --data is the range's own).
+func scopedSinks(rows sink.Rows, totals sink.Totals, scope string) (sink.Rows, sink.Totals, error) {
+	var err error
+	if rows != nil {
+		ds, ok := rows.(*dynamo.Store)
+		if !ok {
+			return nil, nil, fmt.Errorf("a key-group range needs the DynamoDB row store, not %T", rows)
+		}
+		if rows, err = ds.Scoped(scope); err != nil {
+			return nil, nil, err
+		}
+	}
+	if totals != nil {
+		vs, ok := totals.(*valkey.Store)
+		if !ok {
+			return nil, nil, fmt.Errorf("a key-group range needs the Valkey totals store, not %T", totals)
+		}
+		if totals, err = vs.Scoped(scope); err != nil {
+			return nil, nil, err
+		}
+	}
+	return rows, totals, nil
+}
+
+// fleetStatus is GET /v1/status of a fleet worker.
+type fleetStatus struct {
+	Worker string                    `json:"worker"`
+	Job    string                    `json:"job"`
+	Ranges map[string]runtime.Status `json:"ranges"`
+}
+
+// fleetHandler serves a worker's read endpoints: /metrics (the process's
+// metrics and every running range's, labelled range), /healthz and
+// /v1/status (the status of each range it runs). The operator endpoints of
+// a single job (savepoints, stop, sweeps) are not served by a worker.
+func fleetHandler(f *fleet.Fleet, a fleetArgs, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, f.Gatherer()}, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(fleetStatus{Worker: a.workerID, Job: a.job, Ranges: f.Status()})
+	})
+	return mux
+}
