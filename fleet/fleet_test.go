@@ -37,6 +37,7 @@ type world struct {
 	lake   recount.Store
 	dir    string
 	stream string
+	read   string // kinesis.ReadPoll or ReadEFO
 
 	mu     sync.Mutex
 	starts map[string][]string // worker → ranges it started, in order
@@ -44,11 +45,15 @@ type world struct {
 
 const testJob = "job"
 
-func newWorld(t *testing.T, shards, ranges int) *world {
+func newWorld(t *testing.T, shards, ranges int, read string) *world {
 	t.Helper()
 	ctx := context.Background()
-	w := &world{t: t, api: kinesistest.NewFake(), leases: lease.NewMem(), dir: t.TempDir(), stream: "clicks",
+	w := &world{t: t, api: kinesistest.NewFake(), leases: lease.NewMem(), dir: t.TempDir(), stream: "clicks", read: read,
 		starts: map[string][]string{}}
+	// A new owner's subscription within this of the old one's is refused
+	// (ResourceInUse) and retried: short, for a quick handoff.
+	w.api.InUseWindow = 200 * time.Millisecond
+	w.api.SubscribeInterval = 10 * time.Millisecond
 	if _, err := w.api.CreateStream(ctx, &awskinesis.CreateStreamInput{StreamName: aws.String(w.stream), ShardCount: aws.Int32(int32(shards))}); err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +79,13 @@ func newWorld(t *testing.T, shards, ranges int) *world {
 		t.Fatal(err)
 	}
 	return w
+}
+
+func consumerOf(read string, r windowing.KeyGroups) string {
+	if read != kinesis.ReadEFO {
+		return ""
+	}
+	return testJob + "-" + r.String()
 }
 
 // worker is one running Fleet.
@@ -108,7 +120,10 @@ func (w *world) start(id string) *worker {
 				AllowanceMs: new(int64(200)), Watermarks: ingest.WatermarkOptions{IntervalMs: 50, IdleMs: 500},
 				CheckpointIntervalMs: 200, Drain: true, FlushWritesPerSec: 1e6,
 				OpenSource: kinesis.Opener(w.api, kinesis.Options{Stream: w.stream, MinCallInterval: 5 * time.Millisecond,
-					PollInterval: 10 * time.Millisecond, Rediscover: 100 * time.Millisecond, Limit: 50}),
+					PollInterval: 10 * time.Millisecond, Rediscover: 100 * time.Millisecond, Limit: 50,
+					// With enhanced fan-out, each range reads through a
+					// consumer of its own, as run --fleet names them.
+					Read: w.read, Consumer: consumerOf(w.read, r), SubscribeInterval: 10 * time.Millisecond}),
 				Rows: rows, Totals: rows,
 				OpenCheckpoints: ckptstore.LocalOpener(filepath.Join(w.dir, "checkpoints", r.String()), ckptstore.Options{}),
 				Lake:            w.lake,
@@ -243,15 +258,22 @@ func caughtUp(ranges int, mark int64, ws ...*worker) bool {
 	return n == ranges
 }
 
-// Three workers share a 3-shard stream cut into 4 ranges: a second and a
+// Three workers share a 3-shard stream cut into 4 ranges, read by polling
+// and through enhanced fan-out (a consumer per range): a second and a
 // third join while the first reads (ranges move to them by handoff), then
 // the first leaves (its ranges are taken by the others). Every range runs
 // on exactly one worker at a time, and the rows equal an independent count
 // per (ad, hour): fast + late = truth, and the hour equals the sum of its
 // minutes.
 func TestWorkersShareTheStream(t *testing.T) {
+	for _, read := range []string{kinesis.ReadPoll, kinesis.ReadEFO} {
+		t.Run(read, func(t *testing.T) { testWorkersShareTheStream(t, read) })
+	}
+}
+
+func testWorkersShareTheStream(t *testing.T, read string) {
 	const ranges = 4
-	w := newWorld(t, 3, ranges)
+	w := newWorld(t, 3, ranges, read)
 	p := &putter{w: w, base: time.Now().Add(-9 * time.Minute).UnixMilli(), seen: map[string]bool{}, hour: map[sink.Key]sums{}}
 	a := w.start("a")
 	waitFor(t, "worker a to hold every range", 20*time.Second, func() bool { return len(held(a)) == ranges })
@@ -297,6 +319,14 @@ func TestWorkersShareTheStream(t *testing.T) {
 	w.mu.Lock()
 	t.Logf("range starts by worker: %v", w.starts)
 	w.mu.Unlock()
+	if read == kinesis.ReadEFO {
+		if n := w.api.Calls("SubscribeToShard"); n < 3*ranges {
+			t.Errorf("%d SubscribeToShard calls: the ranges did not read through enhanced fan-out", n)
+		}
+		if n := w.api.Calls("GetRecords"); n > 0 {
+			t.Errorf("%d GetRecords calls with enhanced fan-out", n)
+		}
+	}
 }
 
 // checkRows compares the hour rows with the count: fast + late equals it
