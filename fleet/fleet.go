@@ -291,7 +291,7 @@ func (f *Fleet) runPipeline(ctx context.Context, p *pipeline) error {
 	cfg.KeyGroups = p.r
 	cfg.Logger = log
 	cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"range": p.r.String()}, p.reg)
-	claim := p.claim
+	claim := claimLease{p.claim}
 	cfg.Lease = &runtime.LeaseConfig{Acquire: func(context.Context, *slog.Logger, prometheus.Registerer) (runtime.Lease, error) {
 		return claim, nil
 	}}
@@ -311,6 +311,33 @@ func (f *Fleet) runPipeline(ctx context.Context, p *pipeline) error {
 	}
 	if err != nil {
 		return fmt.Errorf("fleet: range %s: %w", p.r, err)
+	}
+	return nil
+}
+
+// claimLease is a range's claim as its pipeline holds it: a
+// runtime.CommitLease, so the range's epochs are opened and its
+// checkpoints committed in its lease item, and a new holder restores the
+// checkpoint committed there.
+type claimLease struct{ *lease.Claim }
+
+var _ runtime.CommitLease = claimLease{}
+
+// Committed returns what the take read (Claim.Item is the item as taken
+// until this holder writes it).
+func (c claimLease) Committed() (int64, int64) {
+	it := c.Item()
+	return it.Checkpoint.ID, it.EpochHigh
+}
+
+func (c claimLease) Commit(ctx context.Context, id int64, key string, wm int64) error {
+	return c.Claim.Commit(ctx, lease.Checkpoint{ID: id, Key: key, Watermark: wm})
+}
+
+// Release of a range that was lost already is no error.
+func (c claimLease) Release(ctx context.Context) error {
+	if err := c.Claim.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
+		return err
 	}
 	return nil
 }

@@ -316,6 +316,21 @@ func testWorkersShareTheStream(t *testing.T, read string) {
 	c.stop(t)
 
 	checkRows(t, w.store, p.hour)
+	// Each range's progress is in its lease item: the last checkpoint its
+	// last holder committed, the one the next holder would restore.
+	lw, err := lease.NewWorker(w.leases, lease.WorkerOptions{Table: "leases", Job: testJob})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan, err := lw.Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range scan.Items {
+		if it.Kind == lease.KindRange && (it.Checkpoint.ID == 0 || it.Checkpoint.Key == "" || it.EpochHigh < it.Checkpoint.ID) {
+			t.Errorf("range %s: committed checkpoint %+v, epoch high %d; want a checkpoint committed", it.Range, it.Checkpoint, it.EpochHigh)
+		}
+	}
 	w.mu.Lock()
 	t.Logf("range starts by worker: %v", w.starts)
 	w.mu.Unlock()

@@ -82,6 +82,9 @@ type checkpoints struct {
 	dataDir string
 	keep    int
 	prev    map[string]int64 // state files of the previous checkpoint: name → size
+	// commits, if set, keeps the epoch high-water mark and the latest
+	// checkpoint in the job's lease (CommitLease) beside the store.
+	commits CommitLease
 }
 
 func newCheckpoints(dataDir string, store ckpt.Store, open func() (ckpt.Store, error), keep int, log *slog.Logger) (*checkpoints, error) {
@@ -117,6 +120,9 @@ func (c *checkpoints) fetch(ctx context.Context, id int64, kind ckpt.Kind) (stri
 // checkpoints exist but none verifies, the start is refused: starting from
 // empty state would count everything again.
 func (c *checkpoints) latest(ctx context.Context) (dir string, m Meta, found bool, err error) {
+	if c.commits != nil {
+		return c.committed(ctx)
+	}
 	ids, err := c.store.List(ctx, ckpt.Checkpoint)
 	if err != nil {
 		return "", Meta{}, false, fmt.Errorf("runtime: list checkpoints: %w", err)
@@ -140,6 +146,21 @@ func (c *checkpoints) latest(ctx context.Context) (dir string, m Meta, found boo
 		return "", Meta{}, false, fmt.Errorf("runtime: no checkpoint verifies, refusing to start from empty state (it would count everything again): %s", strings.Join(bad, "; "))
 	}
 	return "", Meta{}, false, nil
+}
+
+// committed fetches the checkpoint the lease names as committed (found
+// false if none). It must verify: an older one would be safe to restore,
+// but the lease does not say which older ones were committed.
+func (c *checkpoints) committed(ctx context.Context) (dir string, m Meta, found bool, err error) {
+	id, _ := c.commits.Committed()
+	if id == 0 {
+		return "", Meta{}, false, nil
+	}
+	dir, m, err = c.fetch(ctx, id, ckpt.Checkpoint)
+	if err != nil {
+		return "", Meta{}, false, fmt.Errorf("runtime: the committed checkpoint %d: %w", id, err)
+	}
+	return dir, m, true, nil
 }
 
 // savepoint fetches a savepoint named by id (from from, or the job's own
@@ -194,6 +215,11 @@ func (c *checkpoints) put(ctx context.Context, m Meta, savepoint bool, began tim
 		return Meta{}, "", fmt.Errorf("runtime: store checkpoint %d: %w", m.ID, err)
 	}
 	m.Uploaded = st.BytesUploaded
+	if c.commits != nil {
+		if err := c.commits.Commit(ctx, m.ID, c.store.Location(m.ID, ckpt.Checkpoint), m.Watermark); err != nil {
+			return Meta{}, "", fmt.Errorf("runtime: commit checkpoint %d in the lease: %w", m.ID, err)
+		}
+	}
 	loc := ""
 	if savepoint {
 		if _, err := c.store.Upload(ctx, dir, m.ID, ckpt.Savepoint); err != nil {
@@ -232,12 +258,23 @@ func (c *checkpoints) oldestRestorable(ctx context.Context) (int64, bool) {
 // high returns the highest epoch any run may have written (ok false if
 // none ran).
 func (c *checkpoints) high(ctx context.Context) (int64, bool, error) {
-	return c.store.High(ctx)
+	h, ok, err := c.store.High(ctx)
+	if c.commits != nil && err == nil {
+		if _, lh := c.commits.Committed(); lh > h || (lh > 0 && !ok) {
+			h, ok = max(h, lh), true
+		}
+	}
+	return h, ok, err
 }
 
 // setHigh durably records that epochs up to e may be written. It is called
 // before any write tagged e can happen.
 func (c *checkpoints) setHigh(ctx context.Context, e int64) error {
+	if c.commits != nil {
+		if err := c.commits.OpenEpoch(ctx, e); err != nil {
+			return fmt.Errorf("runtime: open epoch %d in the lease: %w", e, err)
+		}
+	}
 	if err := c.store.SetHigh(ctx, e); err != nil {
 		return fmt.Errorf("runtime: record epoch high-water mark: %w", err)
 	}

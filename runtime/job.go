@@ -160,6 +160,9 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		j.Close()
 		return nil, err
 	}
+	if j.lease != nil {
+		j.ckpts.commits, _ = j.lease.l.(CommitLease)
+	}
 	var meta Meta
 	var found bool
 	ckptDir := ""
@@ -231,11 +234,12 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		j.Close()
 		return nil, err
 	}
-	if cfg.FromSavepoint != "" {
+	if cfg.FromSavepoint != "" || j.ckpts.commits != nil {
 		// Checkpoints after the savepoint belong to a lineage this start
 		// abandons (ids after the savepoint are reused by the new one).
 		// Only now, once the savepoint is known to restore: a refused start
-		// leaves them in place.
+		// leaves them in place. Likewise checkpoints after the one a
+		// CommitLease names: uploads a holder never committed.
 		if err := j.ckpts.dropAfter(ctx, meta.ID); err != nil {
 			j.Close()
 			return nil, err

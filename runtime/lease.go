@@ -29,6 +29,30 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
+// CommitLease is a Lease that also keeps the job's progress: a key-group
+// range of a fleet, whose lease item in DynamoDB records the range's epoch
+// high-water mark and its latest committed checkpoint (docs/scale-out.md
+// §6.1, §6.5). Both writes are conditional on this holder's tenure, so a
+// holder that lost the lease (paused, cut off) can neither open an epoch
+// above what the next holder read at its take nor publish a checkpoint:
+// its late uploads are never restored.
+//
+// With a CommitLease the job restores exactly the committed checkpoint
+// (none: empty state), whatever newer ones the store holds, and removes
+// those; it opens each epoch in the lease before its barrier, and a
+// checkpoint is complete only once committed there.
+type CommitLease interface {
+	Lease
+	// Committed returns the committed checkpoint (0: none) and the epoch
+	// high-water mark as the take read them.
+	Committed() (checkpoint, epochHigh int64)
+	// OpenEpoch records that epochs up to e may be written (idempotent).
+	OpenEpoch(ctx context.Context, e int64) error
+	// Commit records checkpoint id, whose manifest is at key, with the
+	// job's watermark at its barrier, as the latest.
+	Commit(ctx context.Context, id int64, key string, watermarkMs int64) error
+}
+
 // LeaseConfig makes a job hold a Lease.
 type LeaseConfig struct {
 	// Acquire takes the lease, waiting out a holder that stopped renewing
