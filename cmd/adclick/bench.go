@@ -24,6 +24,14 @@ and state are measured cleanly):
                          every 30 s of virtual time
   pipeline-nodedup       the same without duplicate detection
   pipeline-nocheckpoint  the same without checkpoints
+  workersN (e.g. workers2)
+                         N pipeline processes at once, each on one core
+                         (GOMAXPROCS=1, pinned with taskset if present),
+                         each owning 1/N of the ads' key groups (run
+                         --key-groups): every process reads every record
+                         and counts only its own ads', as the workers of a
+                         fleet do; clicks/s is the trace's over the wall
+                         time of the slowest, CPU and memory are summed
 
 For each: clicks/s, clicks/s per core used, p50/p99 batch latency, peak RSS,
 bytes of state, and the ratio to limit. The trace is generated once (or

@@ -60,3 +60,46 @@ func TestBenchLimit(t *testing.T) {
 		t.Errorf("bench --run-limit without --trace: exit %d, want 2", code)
 	}
 }
+
+// TestBenchWorkers runs the workers2 variant beside the pipeline on a small
+// trace: two processes, each owning half the key groups, each read every
+// record; the result counts the trace's records once (as the pipeline
+// does) and the processes' CPU. Only workers2..workers128 are variants.
+func TestBenchWorkers(t *testing.T) {
+	trace := filepath.Join(t.TempDir(), "trace.jsonl")
+	var out, errb bytes.Buffer
+	cmd := exec.Command(binPath, "bench", "--variants", "pipeline,workers2", "--clicks", "20000", "--ads", "500", "--trace", trace, "--json")
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench: %v\n%s", err, errb.String())
+	}
+	var got struct {
+		Results []struct {
+			Name       string  `json:"name"`
+			Clicks     int64   `json:"clicks"`
+			CPUSeconds float64 `json:"cpu_seconds"`
+			Error      string  `json:"error"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("output %q: %v", out.String(), err)
+	}
+	if len(got.Results) != 2 || got.Results[0].Error != "" || got.Results[1].Error != "" {
+		t.Fatalf("results %+v, want pipeline and workers2 without errors", got.Results)
+	}
+	p, w := got.Results[0], got.Results[1]
+	if w.Name != "workers2" || w.Clicks != p.Clicks || w.Clicks < 20000 || w.CPUSeconds <= 0 {
+		t.Errorf("workers2 %+v, want the pipeline's %d records and some CPU time", w, p.Clicks)
+	}
+	for _, bad := range []string{"workers1", "workers200", "workersx"} {
+		out.Reset()
+		cmd := exec.Command(binPath, "bench", "--variants", bad, "--clicks", "100", "--trace", trace, "--json")
+		cmd.Stdout = &out
+		if err := cmd.Run(); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), `unknown variant \"`+bad+`\"`) {
+			t.Errorf("variant %s: %s, want unknown", bad, out.String())
+		}
+	}
+}

@@ -52,9 +52,9 @@ type Options struct {
 	Trace string
 	// Gen configures the generated trace.
 	Gen ingest.GenOptions
-	// Variants are run in order: limit, pipeline, pipeline-nodedup and
-	// pipeline-nocheckpoint (surrounding spaces are ignored). An unknown
-	// name gives a Result with an Error.
+	// Variants are run in order: limit, pipeline, pipeline-nodedup,
+	// pipeline-nocheckpoint and workersN (N from 2 to 128; surrounding
+	// spaces are ignored). An unknown name gives a Result with an Error.
 	Variants []string
 	// CPUProfile, if set, is where the pipeline variant writes a CPU
 	// profile.
@@ -154,9 +154,12 @@ func writeTrace(path string, o ingest.GenOptions) error {
 	return nil
 }
 
-// runVariant runs variant v as a child process and measures it. Its
-// errors become the Result's Error, as they are.
+// runVariant runs variant v as a child process (workersN: N of them) and
+// measures it. Its errors become the Result's Error, as they are.
 func runVariant(ctx context.Context, o Options, v, trace, tmp string) (Result, error) {
+	if n, ok := workersVariant(v); ok {
+		return runWorkers(ctx, o, v, n, trace, tmp)
+	}
 	stats := filepath.Join(tmp, v+".stats.json")
 	var args []string
 	switch v {
@@ -164,8 +167,7 @@ func runVariant(ctx context.Context, o Options, v, trace, tmp string) (Result, e
 		args = []string{"bench", "--run-limit", "--trace", trace}
 	case "pipeline", "pipeline-nodedup", "pipeline-nocheckpoint":
 		data := filepath.Join(tmp, v+".data")
-		args = []string{"run", "--source", "file:" + trace, "--data", data, "--listen", "", "--progress", "0",
-			"--log-level", "warn", "--stats-file", stats}
+		args = pipelineArgs(trace, data, stats)
 		if o.Parallelism > 0 {
 			args = append(args, "--parallelism", strconv.Itoa(o.Parallelism))
 		}
@@ -191,12 +193,8 @@ func runVariant(ctx context.Context, o Options, v, trace, tmp string) (Result, e
 	if err != nil {
 		return Result{}, fmt.Errorf("%v: %s", err, strings.TrimSpace(errb.String()))
 	}
-	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	r := Result{Name: v, Seconds: wall.Seconds()}
-	if ru != nil {
-		r.CPUSeconds = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-		r.PeakRSSBytes = ru.Maxrss * 1024
-	}
+	r.CPUSeconds, r.PeakRSSBytes = usage(cmd)
 	if v == "limit" {
 		var lr limitResult
 		if err := json.Unmarshal(out.Bytes(), &lr); err != nil {
@@ -206,12 +204,8 @@ func runVariant(ctx context.Context, o Options, v, trace, tmp string) (Result, e
 		// loop only (the trace is loaded into memory first).
 		r.Clicks, r.Seconds, r.CPUSeconds = lr.Clicks, lr.Seconds, lr.CPUSeconds
 	} else {
-		b, err := os.ReadFile(stats)
+		s, err := readStats(stats)
 		if err != nil {
-			return Result{}, err
-		}
-		var s rt.Stats
-		if err := json.Unmarshal(b, &s); err != nil {
 			return Result{}, err
 		}
 		r.Clicks = s.Records
@@ -219,6 +213,36 @@ func runVariant(ctx context.Context, o Options, v, trace, tmp string) (Result, e
 		r.StateBytes, r.Checkpoints = s.StateBytes, s.Checkpoints
 		r.LastCheckpointMs, r.LastCheckpointB, r.LastCheckpointNew = s.LastCheckpointMs, s.LastCheckpointB, s.LastUploadedB
 	}
+	r.rates()
+	return r, nil
+}
+
+// pipelineArgs are the arguments of one embedded-mode replay of trace.
+func pipelineArgs(trace, data, stats string) []string {
+	return []string{"run", "--source", "file:" + trace, "--data", data, "--listen", "", "--progress", "0",
+		"--log-level", "warn", "--stats-file", stats}
+}
+
+// usage returns a finished child's CPU time and peak RSS.
+func usage(cmd *exec.Cmd) (cpuSeconds float64, peakRSS int64) {
+	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if ru == nil {
+		return 0, 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(), ru.Maxrss * 1024
+}
+
+func readStats(path string) (rt.Stats, error) {
+	var s rt.Stats
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return s, err
+	}
+	return s, json.Unmarshal(b, &s)
+}
+
+// rates fills the per-second figures from Clicks, Seconds and CPUSeconds.
+func (r *Result) rates() {
 	if r.Seconds > 0 {
 		r.ClicksPerSec = float64(r.Clicks) / r.Seconds
 		r.CoresUsed = r.CPUSeconds / r.Seconds
@@ -226,6 +250,89 @@ func runVariant(ctx context.Context, o Options, v, trace, tmp string) (Result, e
 	if r.CPUSeconds > 0 {
 		r.ClicksPerSecCore = float64(r.Clicks) / r.CPUSeconds
 	}
+}
+
+// workersVariant parses "workersN" (2 ≤ N ≤ 128).
+func workersVariant(v string) (int, bool) {
+	rest, ok := strings.CutPrefix(v, "workers")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	return n, err == nil && n >= 2 && n <= 128
+}
+
+// runWorkers is the variant workersN: N processes replay the trace at
+// once, each owning an equal range of the ads' key groups (run
+// --key-groups, its own data dir and embedded store), each on one core
+// (GOMAXPROCS=1, one subtask, and pinned with taskset when the machine has
+// it). Every process reads every record and counts only its own ads', as
+// the workers of a fleet do. Clicks/s is the trace's clicks over the wall
+// time of the slowest; CPU time and peak RSS are the processes' sums;
+// latency and state are the largest any process had.
+func runWorkers(ctx context.Context, o Options, v string, n int, trace, tmp string) (Result, error) {
+	taskset, _ := exec.LookPath("taskset")
+	cmds := make([]*exec.Cmd, n)
+	errs := make([]bytes.Buffer, n)
+	stats := make([]string, n)
+	for i := range n {
+		data := filepath.Join(tmp, fmt.Sprintf("%s-%d.data", v, i))
+		defer os.RemoveAll(data)
+		stats[i] = filepath.Join(tmp, fmt.Sprintf("%s-%d.stats.json", v, i))
+		kg := fmt.Sprintf("kg%d-%d", i*128/n, (i+1)*128/n)
+		args := append(pipelineArgs(trace, data, stats[i]), "--parallelism", "1", "--key-groups", kg)
+		name := o.Self
+		if taskset != "" {
+			args = append([]string{"-c", strconv.Itoa(i % runtime.NumCPU()), o.Self}, args...)
+			name = taskset
+		}
+		cmds[i] = exec.CommandContext(ctx, name, args...)
+		cmds[i].Env = append(os.Environ(), "GOMAXPROCS=1")
+		cmds[i].Stderr = &errs[i]
+	}
+	start := time.Now()
+	for i, c := range cmds {
+		if err := c.Start(); err != nil {
+			for _, c := range cmds[:i] {
+				c.Process.Kill()
+				c.Wait()
+			}
+			return Result{}, err
+		}
+	}
+	var failed []error
+	for i, c := range cmds {
+		if err := c.Wait(); err != nil {
+			failed = append(failed, fmt.Errorf("worker %d: %v: %s", i, err, strings.TrimSpace(errs[i].String())))
+		}
+	}
+	wall := time.Since(start)
+	if len(failed) > 0 {
+		return Result{}, errors.Join(failed...)
+	}
+	r := Result{Name: v, Seconds: wall.Seconds()}
+	for i, c := range cmds {
+		cpu, rss := usage(c)
+		r.CPUSeconds += cpu
+		r.PeakRSSBytes += rss
+		s, err := readStats(stats[i])
+		if err != nil {
+			return Result{}, err
+		}
+		if i == 0 {
+			r.Clicks = s.Records // every worker reads every record
+		} else if s.Records != r.Clicks {
+			return Result{}, fmt.Errorf("worker %d read %d records, worker 0 %d", i, s.Records, r.Clicks)
+		}
+		r.BatchP50Ms = max(r.BatchP50Ms, float64(s.BatchLatencyP50)/1e6)
+		r.BatchP99Ms = max(r.BatchP99Ms, float64(s.BatchLatencyP99)/1e6)
+		r.StateBytes += s.StateBytes
+		r.Checkpoints = max(r.Checkpoints, s.Checkpoints)
+		r.LastCheckpointMs = max(r.LastCheckpointMs, s.LastCheckpointMs)
+		r.LastCheckpointB += s.LastCheckpointB
+		r.LastCheckpointNew += s.LastUploadedB
+	}
+	r.rates()
 	return r, nil
 }
 
