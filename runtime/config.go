@@ -241,6 +241,11 @@ func (c *Config) Validate() error {
 	if !c.KeyGroups.Valid() {
 		errs = append(errs, fmt.Errorf("key-group range %v must lie within 0..%d and not be empty", c.KeyGroups, windowing.MaxParallelism))
 	}
+	if c.Recount && !c.KeyGroups.All() {
+		// The finalizer takes an hour as ready by this job's watermark,
+		// which says nothing of the other ranges' part of the lake.
+		errs = append(errs, fmt.Errorf("recount: a job of key groups %v cannot finalise hours: the other ranges' clicks are in the lake too", c.KeyGroups))
+	}
 	if c.Rows == nil && c.OpenSinks == nil {
 		errs = append(errs, errors.New("no row store: set Rows or OpenSinks"))
 	}

@@ -136,4 +136,12 @@ func TestRangeCheckpointRestoresOnlyIntoItsRange(t *testing.T) {
 		j.Close()
 		t.Error("a job of key groups 100..140 opened")
 	}
+	cfg = replayConfig(filepath.Join(dir, "recount"), path)
+	cfg.KeyGroups, cfg.Recount = windowing.KeyGroups{From: 0, To: 64}, true
+	if j, err := Open(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "cannot finalise hours") {
+		if j != nil {
+			j.Close()
+		}
+		t.Errorf("a range job with the recount: %v, want it refused", err)
+	}
 }

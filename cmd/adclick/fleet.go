@@ -56,6 +56,9 @@ func checkFleet(a fleetArgs, sf *sinkFlags, cfg *runtime.Config, exitAfterRestor
 	if !cfg.KeyGroups.All() {
 		errs = append(errs, errors.New("--fleet takes its key-group ranges from the lease table, not --key-groups"))
 	}
+	if cfg.Recount {
+		errs = append(errs, errors.New("--fleet does not take --recount: a range's watermark says nothing of the other ranges' lake; run adclick recount for the hours every range has passed"))
+	}
 	savepoint := cfg.FromSavepoint
 	if _, isDynamo, _ := sf.table(); !isDynamo {
 		errs = append(errs, errors.New("--fleet needs --sink dynamodb:TABLE (every worker writes the same rows table)"))

@@ -25,6 +25,7 @@ func TestFleetFlags(t *testing.T) {
 		{append([]string{"--fleet", "--source", "kinesis:s", "--from-savepoint", "3"}, aws...), "does not take --from-savepoint"},
 		{append([]string{"--fleet", "--source", "kinesis:s", "--key-groups", "kg0-64"}, aws...), "not --key-groups"},
 		{append([]string{"--fleet", "--source", "kinesis:s", "--max-workers", "-1"}, aws...), "--max-workers -1"},
+		{append([]string{"--fleet", "--source", "kinesis:s", "--recount"}, aws...), "does not take --recount"},
 		{[]string{"--worker-id", "w1"}, "go with --fleet"},
 		{[]string{"--max-workers", "4"}, "go with --fleet"},
 		{[]string{"--key-groups", "kg8-4"}, "--key-groups"},
