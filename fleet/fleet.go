@@ -83,6 +83,10 @@ type Fleet struct {
 	mu     sync.Mutex
 	ranges map[string]*pipeline // by lease key
 	done   chan *pipeline
+	// resting holds ranges whose pipeline failed here, until when this
+	// worker leaves them to the others (a range that fails on every start
+	// must not spin on one worker).
+	resting map[string]time.Time
 }
 
 // pipeline is one range pipeline and its goroutine.
@@ -129,7 +133,7 @@ func New(o Options) (*Fleet, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Fleet{o: o, w: o.Worker, log: o.Logger.With("worker", o.Worker.ID()), m: newMetrics(o.Registerer, o.Worker.Job()),
-		ranges: map[string]*pipeline{}, done: make(chan *pipeline, 1)}, nil
+		ranges: map[string]*pipeline{}, done: make(chan *pipeline, 1), resting: map[string]time.Time{}}, nil
 }
 
 // Run works until ctx ends: then every range pipeline stops with a final
@@ -236,6 +240,12 @@ func (f *Fleet) round(ctx context.Context, p lease.Plan) {
 		f.mu.Unlock()
 		if running {
 			continue // a tenure of ours still stopping
+		}
+		if until, ok := f.resting[it.Key]; ok {
+			if time.Now().Before(until) {
+				continue
+			}
+			delete(f.resting, it.Key)
 		}
 		c, err := f.w.Take(ctx, it)
 		if err != nil {
@@ -353,9 +363,15 @@ func (f *Fleet) ended(p *pipeline) {
 		f.log.Info("range stopped", "range", p.r.String(), "handoff", p.handoff)
 	case p.handoff:
 		f.log.Warn("range stopped during its handoff with an error; the asker restores its last checkpoint", "range", p.r.String(), "err", p.err)
+	case errors.Is(p.err, lease.ErrLost):
+		f.m.lost.Inc()
+		f.log.Warn("range lost: its lease lapsed or was taken over, and its pipeline stopped without writing more", "range", p.r.String(), "err", p.err)
 	default:
 		f.m.failures.Inc()
-		f.log.Error("range pipeline failed; its lease is released for the next round", "range", p.r.String(), "err", p.err)
+		rest := 2 * f.w.Options().Duration
+		f.resting[p.key] = time.Now().Add(rest)
+		f.log.Error("range pipeline failed; its lease is released, and this worker leaves the range to the others for a while",
+			"range", p.r.String(), "rest", rest, "err", p.err)
 	}
 	if f.o.OnRange != nil {
 		f.o.OnRange(p.r, nil, p.err)

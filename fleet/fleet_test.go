@@ -41,6 +41,9 @@ type world struct {
 
 	mu     sync.Mutex
 	starts map[string][]string // worker → ranges it started, in order
+	// poison, if set, makes the pipeline of range poison fail to start on
+	// worker poisonOn.
+	poison, poisonOn string
 }
 
 const testJob = "job"
@@ -110,7 +113,11 @@ func (w *world) start(id string) *worker {
 		Config: func(r windowing.KeyGroups) (runtime.Config, error) {
 			w.mu.Lock()
 			w.starts[id] = append(w.starts[id], r.String())
+			poisoned := w.poison == r.String() && w.poisonOn == id
 			w.mu.Unlock()
+			if poisoned {
+				return runtime.Config{}, fmt.Errorf("test: range %s cannot start on %s", r, id)
+			}
 			rows, err := w.store.Scoped(r.Scope())
 			if err != nil {
 				return runtime.Config{}, err
@@ -384,4 +391,30 @@ func checkRows(t *testing.T, rows sink.Rows, want map[sink.Key]sums) {
 			t.Errorf("%s %s: hour fast %+v, its minutes sum to %+v", k.Entity, k.Bucket, s, minutes[k])
 		}
 	}
+}
+
+// A range whose pipeline fails on a worker is released and left to the
+// others for a while: the worker does not spin on it, and another worker
+// takes it.
+func TestFailingRangeRestsOnItsWorker(t *testing.T) {
+	w := newWorld(t, 1, 2, kinesis.ReadPoll)
+	w.poison, w.poisonOn = "kg0-64", "a"
+	a := w.start("a")
+	waitFor(t, "worker a to run the healthy range", 20*time.Second, func() bool { return held(a)["kg64-128"] == "a" })
+	time.Sleep(1500 * time.Millisecond) // 15 rounds of a
+	w.mu.Lock()
+	tries := 0
+	for _, r := range w.starts["a"] {
+		if r == "kg0-64" {
+			tries++
+		}
+	}
+	w.mu.Unlock()
+	if tries == 0 || tries > 3 {
+		t.Errorf("worker a started the failing range %d times in 1.5 s; want it left alone between tries (rest 1.2 s)", tries)
+	}
+	b := w.start("b")
+	waitFor(t, "worker b to take the range that fails on a", 20*time.Second, func() bool { return held(a, b)["kg0-64"] == "b" })
+	a.stop(t)
+	b.stop(t)
 }

@@ -11,6 +11,7 @@ type metrics struct {
 	starts     prometheus.Counter
 	handoffs   prometheus.Counter
 	failures   prometheus.Counter
+	lost       prometheus.Counter
 	scanErrors prometheus.Counter
 }
 
@@ -29,11 +30,13 @@ func newMetrics(r prometheus.Registerer, job string) *metrics {
 			Help: "Ranges this worker handed over to a worker that asked (a final checkpoint, then a release)."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_fleet_range_failures_total", ConstLabels: l,
 			Help: "Range pipelines that ended with an error (their lease released for another round)."}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_fleet_ranges_lost_total", ConstLabels: l,
+			Help: "Ranges this worker lost while running them: its lease lapsed (a pause, DynamoDB out of reach) or another worker took it over."}),
 		scanErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_fleet_scan_errors_total", ConstLabels: l,
 			Help: "Reads of the lease table that failed (the round is skipped)."}),
 	}
 	if r != nil {
-		r.MustRegister(m.held, m.target, m.workers, m.starts, m.handoffs, m.failures, m.scanErrors)
+		r.MustRegister(m.held, m.target, m.workers, m.starts, m.handoffs, m.failures, m.lost, m.scanErrors)
 	}
 	return m
 }
