@@ -126,6 +126,10 @@ func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlag
 		Config: func(r windowing.KeyGroups) (runtime.Config, error) {
 			c := base
 			c.DataDir = filepath.Join(base.DataDir, r.String())
+			// The dedup memory budget is the worker's: each range gets its
+			// share of the key groups, so a worker holding every range
+			// (the others gone) stays within it.
+			c.DedupMemoryBytes = max(base.DedupMemoryBytes*int64(r.Len())/windowing.MaxParallelism, 1<<20)
 			c.OpenSource = a.openSource(r)
 			c.Lake = lake
 			var err error

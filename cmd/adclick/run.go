@@ -78,6 +78,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cfg.Source, "source", "gen", "gen (built-in generator, real time), file:PATH (JSON Lines replay) or kinesis:STREAM")
 	startAt := fs.String("start-at", "trim_horizon", "Kinesis: where shards without a checkpointed position start: trim_horizon, latest or an RFC 3339 time")
 	kinesisLimit := fs.Int("kinesis-limit", 10000, "Kinesis: records per GetRecords call (at most 10,000)")
+	kinesisCallMs := fs.Int64("kinesis-call-interval-ms", 200, "Kinesis polling: the least time between two GetRecords calls on a shard by one reader; the stream allows 5 calls/s per shard shared by every reader, so give N × 200 for N readers of the stream (a fleet polls every shard once per range)")
 	kinesisRead := fs.String("kinesis-read", kinesis.ReadPoll, "Kinesis: how shards are read: poll (GetRecords, 5 calls/s and 2 MiB/s per shard shared by every reader of the stream) or efo (enhanced fan-out: SubscribeToShard through --kinesis-consumer, 2 MiB/s per shard of its own)")
 	kinesisConsumer := fs.String("kinesis-consumer", "", "with --kinesis-read efo: the stream consumer to read through, registered if missing; one job's own (two jobs on one consumer take each other's subscriptions over)")
 	fs.DurationVar(&cfg.ExitWhenIdle, "exit-when-idle", 0, "stop (with a final checkpoint) once the source is caught up and no record came for this long (0 = never)")
@@ -112,7 +113,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Int64Var(&cfg.CheckpointTimeoutMs, "checkpoint-timeout-ms", 60000, "how long checkpoints may keep failing (each is retried with backoff) before the job exits with the cause, and how long a stop waits for its final checkpoint")
 	fs.IntVar(&cfg.CheckpointsKept, "checkpoints-kept", 3, "completed checkpoints kept")
 	fs.Int64Var(&cfg.SinkOutageMs, "sink-outage-ms", 300000, "how long an unavailable row store (throttling, 5xx, timeouts) is waited out, with backoff, before the job exits with the error")
-	dedupMB := fs.Int64("dedup-memory-mb", runtime.DefaultDedupMemoryBytes>>20, "memory budget of the dedup filters, in MiB: past it they trade memory for lookups in the state store (adclick_dedup_vain_lookups_total), so memory stays flat however many click ids are live")
+	dedupMB := fs.Int64("dedup-memory-mb", runtime.DefaultDedupMemoryBytes>>20, "memory budget of the dedup filters, in MiB: past it they trade memory for lookups in the state store (adclick_dedup_vain_lookups_total), so memory stays flat however many click ids are live; with --fleet the worker's, each range getting its share of the key groups")
 	retention := retentionFlags(fs)
 	fs.Float64Var(&cfg.FlushWritesPerSec, "flush-writes-per-sec", 0, "rate limit of the full flush's own writes after a restore (0 = 500 for DynamoDB, unlimited for the embedded store)")
 	fs.BoolVar(&cfg.VerifyFlush, "verify-flush", false, "testing: after the flush on start, check that the running totals equal restored state, and fail if not")
@@ -144,7 +145,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	sf.retention = retention()
 	cfg.DedupMemoryBytes = *dedupMB << 20
 	if err := refuseZero(fs, "watermark-interval-ms", "idle-ms", "window-ms", "horizon-ms", "guard-ms",
-		"preagg-flush-ms", "early-firing-ms", "checkpoint-interval-ms", "checkpoint-timeout-ms", "checkpoints-kept", "job-gen", "max-connections", "lease-ms", "sink-outage-ms", "dedup-memory-mb"); err != nil {
+		"preagg-flush-ms", "early-firing-ms", "checkpoint-interval-ms", "checkpoint-timeout-ms", "checkpoints-kept", "job-gen", "max-connections", "lease-ms", "sink-outage-ms", "dedup-memory-mb", "kinesis-call-interval-ms"); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)
@@ -161,7 +162,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case kind == "file" && name != "":
 		cfg.OpenSource = source.File(name)
 	case kind == "kinesis" && name != "":
-		ko := kinesis.Options{Stream: name, Limit: int32(*kinesisLimit), Read: *kinesisRead, Consumer: *kinesisConsumer}
+		ko := kinesis.Options{Stream: name, Limit: int32(*kinesisLimit), Read: *kinesisRead, Consumer: *kinesisConsumer,
+			MinCallInterval: time.Duration(*kinesisCallMs) * time.Millisecond}
 		if err := parseStartAt(*startAt, &ko); err != nil {
 			return err
 		}
