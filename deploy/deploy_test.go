@@ -30,9 +30,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"gopkg.in/yaml.v3"
 
+	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/internal/codescan"
 	"github.com/adclick/adclick/lease"
 	"github.com/adclick/adclick/sink/dynamo"
+	"github.com/adclick/adclick/windowing"
 )
 
 const (
@@ -633,6 +635,8 @@ func cfnValue(n *yaml.Node) (any, error) {
 
 type template struct {
 	Parameters map[string]any
+	Rules      map[string]any
+	Mappings   map[string]any
 	Conditions map[string]any
 	Resources  map[string]map[string]any
 	Outputs    map[string]any
@@ -659,6 +663,8 @@ func loadTemplate(t *testing.T) template {
 	tp := template{Resources: map[string]map[string]any{}}
 	tp.Parameters, _ = top["Parameters"].(map[string]any)
 	tp.Conditions, _ = top["Conditions"].(map[string]any)
+	tp.Rules, _ = top["Rules"].(map[string]any)
+	tp.Mappings, _ = top["Mappings"].(map[string]any)
 	tp.Outputs, _ = top["Outputs"].(map[string]any)
 	res, _ := top["Resources"].(map[string]any)
 	for name, r := range res {
@@ -745,7 +751,7 @@ func TestTemplateReferences(t *testing.T) {
 		return p || r || strings.HasPrefix(name, "AWS::")
 	}
 	subVar := regexp.MustCompile(`\$\{([^}!][^}]*)\}`)
-	walk(map[string]any{"r": anyMap(tp.Resources), "o": tp.Outputs, "c": tp.Conditions}, func(v any) {
+	walk(map[string]any{"r": anyMap(tp.Resources), "o": tp.Outputs, "c": tp.Conditions, "u": tp.Rules}, func(v any) {
 		m, ok := v.(map[string]any)
 		if !ok || len(m) != 1 {
 			return
@@ -779,6 +785,10 @@ func TestTemplateReferences(t *testing.T) {
 			case "Fn::If":
 				if c, _ := get(arg, 0).(string); tp.Conditions[c] == nil {
 					t.Errorf("!If %v: no such condition", c)
+				}
+			case "Fn::FindInMap":
+				if m, _ := get(arg, 0).(string); tp.Mappings[m] == nil {
+					t.Errorf("!FindInMap %v: no such mapping", arg)
 				}
 			}
 		}
@@ -867,7 +877,10 @@ func TestTemplateResources(t *testing.T) {
 	}
 	for _, n := range tp.ofType("AWS::ECS::Service") {
 		p := props(tp.Resources[n])
-		if get(p, "DeploymentConfiguration", "MaximumPercent") != "100" {
+		// A fleet's workers share their job by range leases, and its
+		// deployments run an extra task (TestTemplateFleet); a single task
+		// is its checkpoint prefix's only writer.
+		if !tp.isFleetService(n) && get(p, "DeploymentConfiguration", "MaximumPercent") != "100" {
 			t.Errorf("%s: MaximumPercent %v, want 100 (never two tasks on one checkpoint prefix)", n, get(p, "DeploymentConfiguration", "MaximumPercent"))
 		}
 		if get(p, "LaunchType") != "FARGATE" {
@@ -1108,21 +1121,55 @@ func TestTemplateLeaseTable(t *testing.T) {
 			}
 		}
 	}
-	// The task role: GetItem and UpdateItem on the lease table.
+	// Every task role: GetItem and UpdateItem on the lease table (a fleet
+	// worker's more: TestTemplateFleet).
+	roles := tp.taskRoles()
+	if !slices.Contains(roles, "TaskRole") {
+		t.Errorf("task roles %v: want TaskRole among them", roles)
+	}
+	for _, role := range roles {
+		allowed := tp.roleActionsOn(role, "LeaseTable")
+		for _, a := range []string{"dynamodb:GetItem", "dynamodb:UpdateItem"} {
+			if !allowed[a] {
+				t.Errorf("%s does not allow %s on LeaseTable (allowed there: %v)", role, a, sortedKeys(allowed))
+			}
+		}
+	}
+}
+
+// taskRoles returns the roles the task definitions run as (TaskRoleArn).
+func (tp template) taskRoles() []string {
+	var roles []string
+	for _, n := range tp.ofType("AWS::ECS::TaskDefinition") {
+		if r, _ := get(props(tp.Resources[n]), "TaskRoleArn", "Fn::GetAtt", 0).(string); r != "" && !slices.Contains(roles, r) {
+			roles = append(roles, r)
+		}
+	}
+	sort.Strings(roles)
+	return roles
+}
+
+// roleActionsOn returns the actions role's inline policies allow on
+// resource (a statement whose Resource names it by GetAtt, Ref or Sub).
+func (tp template) roleActionsOn(role, resource string) map[string]bool {
 	allowed := map[string]bool{}
-	for _, p := range asList(props(tp.Resources["TaskRole"])["Policies"]) {
+	for _, p := range asList(props(tp.Resources[role])["Policies"]) {
 		for _, st := range asList(get(p, "PolicyDocument", "Statement")) {
 			if get(st, "Effect") != "Allow" {
 				continue
 			}
-			res := get(st, "Resource")
-			onLease := false
-			walk(res, func(v any) {
-				if m, ok := v.(map[string]any); ok && get(m, "Fn::GetAtt", 0) == "LeaseTable" {
-					onLease = true
+			on := false
+			walk(get(st, "Resource"), func(v any) {
+				m, ok := v.(map[string]any)
+				if !ok {
+					return
+				}
+				s, _ := m["Fn::Sub"].(string)
+				if get(m, "Fn::GetAtt", 0) == resource || m["Ref"] == resource || strings.Contains(s, "${"+resource+".") || strings.Contains(s, "${"+resource+"}") {
+					on = true
 				}
 			})
-			if !onLease {
+			if !on {
 				continue
 			}
 			acts := asList(get(st, "Action"))
@@ -1134,11 +1181,7 @@ func TestTemplateLeaseTable(t *testing.T) {
 			}
 		}
 	}
-	for _, a := range []string{"dynamodb:GetItem", "dynamodb:UpdateItem"} {
-		if !allowed[a] {
-			t.Errorf("the task role does not allow %s on LeaseTable (allowed there: %v)", a, sortedKeys(allowed))
-		}
-	}
+	return allowed
 }
 
 // TestTemplateHealthCheck checks the ECS health check of every adclick
@@ -1459,8 +1502,9 @@ func TestIAMMatchesCode(t *testing.T) {
 			t.Errorf("the code calls %s (%s), but no policy in the template allows it", a, strings.Join(code[a], ", "))
 		}
 	}
+	taskRoles := tp.taskRoles()
 	for where, acts := range pols {
-		if !strings.HasPrefix(where, "TaskRole/") {
+		if role, _, _ := strings.Cut(where, "/"); !slices.Contains(taskRoles, role) {
 			continue
 		}
 		for _, a := range acts {
@@ -1479,14 +1523,24 @@ func TestAlarmsUseRealMetrics(t *testing.T) {
 	tp := loadTemplate(t)
 	known := metricNames(t)
 	var used []string
+	// everyTask are the metrics of alarms that exist whatever the
+	// parameters; the others are a fleet's (Condition IsFleet).
+	everyTask := map[string]bool{}
 	for _, n := range tp.ofType("AWS::CloudWatch::Alarm") {
 		p := props(tp.Resources[n])
+		var ms []string
 		if p["Namespace"] == "adclick" {
-			used = append(used, flatten(p["MetricName"]))
+			ms = append(ms, flatten(p["MetricName"]))
 		}
 		for _, m := range asList(p["Metrics"]) {
 			if get(m, "MetricStat", "Metric", "Namespace") == "adclick" {
-				used = append(used, flatten(get(m, "MetricStat", "Metric", "MetricName")))
+				ms = append(ms, flatten(get(m, "MetricStat", "Metric", "MetricName")))
+			}
+		}
+		used = append(used, ms...)
+		for _, m := range ms {
+			if tp.Resources[n]["Condition"] != "IsFleet" {
+				everyTask[m] = true
 			}
 		}
 	}
@@ -1500,8 +1554,12 @@ func TestAlarmsUseRealMetrics(t *testing.T) {
 			t.Errorf("no alarm on %s", want)
 		}
 	}
-	// The agent must publish every metric an alarm uses.
+	// The agent must publish every metric an alarm uses: every task's
+	// agent, for an alarm that exists whatever the parameters; the fleet
+	// task's, for a fleet alarm (Condition IsFleet). The single-task
+	// definitions stay as they were.
 	for _, n := range tp.ofType("AWS::ECS::TaskDefinition") {
+		fleetDef := tp.isFleetTaskDefinition(n)
 		cfg := ""
 		for _, d := range asList(props(tp.Resources[n])["ContainerDefinitions"]) {
 			for _, e := range asList(get(d, "Environment")) {
@@ -1511,6 +1569,9 @@ func TestAlarmsUseRealMetrics(t *testing.T) {
 			}
 		}
 		for _, m := range used {
+			if !everyTask[m] && !fleetDef {
+				continue
+			}
 			if !strings.Contains(cfg, "^"+m+"$") {
 				t.Errorf("%s: the CloudWatch agent does not publish %s, which an alarm uses", n, m)
 			}
@@ -1547,6 +1608,380 @@ func metricNames(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	return names
+}
+
+// ---------------------------------------------------------------- fleet
+
+// adclickContainer returns the container named adclick of a task
+// definition, or nil.
+func (tp template) adclickContainer(def string) map[string]any {
+	for _, d := range asList(props(tp.Resources[def])["ContainerDefinitions"]) {
+		if get(d, "Name") == "adclick" {
+			c, _ := d.(map[string]any)
+			return c
+		}
+	}
+	return nil
+}
+
+// commandFlags returns the flags of a container's command: each with the
+// word after it (rendered by flatten), and which were given at all.
+func commandFlags(c map[string]any) (values map[string]string, given map[string]bool) {
+	values, given = map[string]string{}, map[string]bool{}
+	cmd := asList(c["Command"])
+	for i := 1; i < len(cmd); i++ {
+		w, ok := cmd[i].(string)
+		if !ok || !strings.HasPrefix(w, "--") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(w, "--"), "=")
+		given[name] = true
+		if i+1 < len(cmd) {
+			values[name] = flatten(cmd[i+1])
+		}
+	}
+	return values, given
+}
+
+// isFleetTaskDefinition reports whether a task definition runs a fleet
+// worker (run --fleet).
+func (tp template) isFleetTaskDefinition(def string) bool {
+	c := tp.adclickContainer(def)
+	if c == nil {
+		return false
+	}
+	_, given := commandFlags(c)
+	return given["fleet"]
+}
+
+// isFleetService reports whether a service runs fleet workers.
+func (tp template) isFleetService(svc string) bool {
+	def, _ := get(props(tp.Resources[svc]), "TaskDefinition", "Ref").(string)
+	return def != "" && tp.isFleetTaskDefinition(def)
+}
+
+// refsOf returns the parameters and resources v names (Ref, GetAtt, Sub).
+func refsOf(v any) map[string]bool {
+	out := map[string]bool{}
+	subVar := regexp.MustCompile(`\$\{([^}!][^}.]*)[^}]*\}`)
+	walk(v, func(x any) {
+		m, ok := x.(map[string]any)
+		if !ok || len(m) != 1 {
+			return
+		}
+		if r, ok := m["Ref"].(string); ok {
+			out[r] = true
+		}
+		if r, ok := get(m, "Fn::GetAtt", 0).(string); ok {
+			out[r] = true
+		}
+		s, _ := m["Fn::Sub"].(string)
+		if l, ok := m["Fn::Sub"].([]any); ok && len(l) > 0 {
+			s, _ = l[0].(string)
+		}
+		for _, sm := range subVar.FindAllStringSubmatch(s, -1) {
+			out[sm[1]] = true
+		}
+	})
+	return out
+}
+
+// TestTemplateFleet checks the fleet (run --fleet, FleetWorkers above 0):
+// it exists only under IsFleet, and nothing else depends on it, so that
+// FleetWorkers 0 leaves the single-task services as they were; its worker
+// gets what run --fleet requires; its deployments run one task more than
+// FleetWorkers, and --max-workers leaves a slot for it; its role may read
+// the lease table as lease.Worker does and the stream as ingest/kinesis
+// does (enhanced fan-out included); its setup command names the job and
+// lease table its workers use; it runs alone; and it has an alarm.
+func TestTemplateFleet(t *testing.T) {
+	tp := loadTemplate(t)
+	if d := flatten(get(tp.Parameters, "FleetWorkers", "Default")); d != "0" {
+		t.Errorf("FleetWorkers defaults to %s, want 0 (no fleet: the single-task services as before)", d)
+	}
+	isFleet := tp.Conditions["IsFleet"]
+	if get(isFleet, "Fn::Not", 0, "Fn::Equals", 0, "Ref") != "FleetWorkers" || flatten(get(isFleet, "Fn::Not", 0, "Fn::Equals", 1)) != "0" {
+		t.Errorf("condition IsFleet %v, want !Not [!Equals [!Ref FleetWorkers, 0]]", isFleet)
+	}
+
+	// What belongs to the fleet: every resource under IsFleet, and the
+	// fleet parameters. Nothing else may name them.
+	fleet := map[string]bool{}
+	for n, r := range tp.Resources {
+		if r["Condition"] == "IsFleet" {
+			fleet[n] = true
+		}
+	}
+	for n := range tp.Parameters {
+		if strings.HasPrefix(n, "Fleet") {
+			fleet[n] = true
+		}
+	}
+	for _, n := range sortedKeys(tp.Resources) {
+		if tp.Resources[n]["Condition"] == "IsFleet" {
+			continue
+		}
+		for r := range refsOf(tp.Resources[n]) {
+			if fleet[r] {
+				t.Errorf("%s names %s, which is the fleet's: only resources under Condition IsFleet may", n, r)
+			}
+		}
+	}
+	for _, n := range sortedKeys(tp.Outputs) {
+		if get(tp.Outputs[n], "Condition") == "IsFleet" {
+			continue
+		}
+		for r := range refsOf(tp.Outputs[n]) {
+			if fleet[r] {
+				t.Errorf("output %s names %s, which is the fleet's: give it Condition IsFleet", n, r)
+			}
+		}
+	}
+
+	var defs, svcs []string
+	for _, n := range tp.ofType("AWS::ECS::TaskDefinition") {
+		if tp.isFleetTaskDefinition(n) {
+			defs = append(defs, n)
+		}
+	}
+	for _, n := range tp.ofType("AWS::ECS::Service") {
+		if tp.isFleetService(n) {
+			svcs = append(svcs, n)
+		}
+	}
+	if len(defs) != 1 || len(svcs) != 1 {
+		t.Fatalf("fleet task definitions %v and services %v, want one of each", defs, svcs)
+	}
+	def, svc := defs[0], svcs[0]
+	role, _ := get(props(tp.Resources[def]), "TaskRoleArn", "Fn::GetAtt", 0).(string)
+	for _, n := range []string{def, svc, role} {
+		if !fleet[n] {
+			t.Errorf("%s is the fleet's but has no Condition IsFleet", n)
+		}
+	}
+
+	// The worker's command: what checkFleet (cmd/adclick/fleet.go) requires,
+	// nothing it refuses, and no worker id (every task would share it).
+	c := tp.adclickContainer(def)
+	values, given := commandFlags(c)
+	for flag, prefix := range map[string]string{"source": "kinesis:${Stream}", "sink": "dynamodb:${Table}", "checkpoints": "s3://${Bucket}/checkpoints/", "lake": "s3://${Bucket}/lake/"} {
+		if !strings.HasPrefix(values[flag], prefix) {
+			t.Errorf("%s: --%s %q, want %s…", def, flag, values[flag], prefix)
+		}
+	}
+	for _, flag := range []string{"job-name", "kinesis-read", "max-workers"} {
+		if values[flag] == "" {
+			t.Errorf("%s: no --%s", def, flag)
+		}
+	}
+	_, vars := runHelp(t)
+	env := map[string]any{}
+	for _, e := range append(asList(c["Environment"]), asList(c["Secrets"])...) {
+		env[flatten(get(e, "Name"))] = get(e, "Value")
+	}
+	for _, flag := range []string{"from-savepoint", "exit-when-idle", "exit-after-restore", "key-groups", "worker-id"} {
+		if given[flag] {
+			t.Errorf("%s: --%s: a fleet worker does not take it", def, flag)
+		}
+		for v, f := range vars {
+			if _, set := env[v]; set && f == flag {
+				t.Errorf("%s: %s (--%s): a fleet worker does not take it", def, v, flag)
+			}
+		}
+	}
+	if values["kinesis-read"] != "${FleetKinesisRead}" {
+		t.Errorf("%s: --kinesis-read %q, want !Ref FleetKinesisRead", def, values["kinesis-read"])
+	}
+	for _, v := range asList(get(tp.Parameters, "FleetKinesisRead", "AllowedValues")) {
+		if v != "efo" && v != "poll" {
+			t.Errorf("FleetKinesisRead allows %v, want efo or poll", v)
+		}
+	}
+	// With efo, each range's consumer is <name>-kg<from>-<to>; poll refuses
+	// a name. The name is the job's own.
+	consumer := env["ADCLICK_RUN_KINESIS_CONSUMER"]
+	fo := tp.Conditions["FleetReadsByFanOut"]
+	switch {
+	case get(consumer, "Fn::If", 0) != "FleetReadsByFanOut" || flatten(get(consumer, "Fn::If", 2)) != "":
+		t.Errorf("%s: ADCLICK_RUN_KINESIS_CONSUMER %v, want !If [FleetReadsByFanOut, NAME, \"\"]", def, consumer)
+	case get(fo, "Fn::Equals", 0, "Ref") != "FleetKinesisRead" || get(fo, "Fn::Equals", 1) != "efo":
+		t.Errorf("condition FleetReadsByFanOut %v, want !Equals [!Ref FleetKinesisRead, efo]", fo)
+	case flatten(get(consumer, "Fn::If", 1)) != values["job-name"]:
+		t.Errorf("%s: consumer %q, want the job's own name, --job-name %q", def, flatten(get(consumer, "Fn::If", 1)), values["job-name"])
+	}
+	sample := strings.NewReplacer("${AWS::StackName}", "adclick", "${FleetJobGen}", "1").Replace(flatten(get(consumer, "Fn::If", 1)))
+	if rs, err := lease.EvenRanges(lease.KeyGroups); err == nil {
+		last := rs[len(rs)-1]
+		if name := sample + "-" + (windowing.KeyGroups{From: last.From, To: last.To}).String(); !kinesis.ValidConsumerName(name) {
+			t.Errorf("%s: a range's consumer would be %q, which Kinesis refuses", def, name)
+		}
+	}
+	// Slots for every worker and the deployment's extra one.
+	maxWorkers, err := strconv.Atoi(values["max-workers"])
+	if err != nil {
+		t.Errorf("%s: --max-workers %q: %v", def, values["max-workers"], err)
+	}
+	allowed := asList(get(tp.Parameters, "FleetWorkers", "AllowedValues"))
+	if len(allowed) == 0 {
+		t.Fatal("FleetWorkers has no AllowedValues (one row of FleetDeployment each)")
+	}
+	if s, _ := strconv.Atoi(flatten(c["StopTimeout"])); s != 120 {
+		t.Errorf("%s: StopTimeout %v, want 120 (each range's final checkpoint, Fargate's most)", def, c["StopTimeout"])
+	}
+
+	// The service: FleetWorkers tasks; a deployment starts one more before
+	// it stops one.
+	p := props(tp.Resources[svc])
+	if get(p, "DesiredCount", "Ref") != "FleetWorkers" {
+		t.Errorf("%s: DesiredCount %v, want !Ref FleetWorkers", svc, get(p, "DesiredCount"))
+	}
+	if v := flatten(get(p, "DeploymentConfiguration", "MinimumHealthyPercent")); v != "100" {
+		t.Errorf("%s: MinimumHealthyPercent %s, want 100 (stop a worker only once its replacement runs)", svc, v)
+	}
+	fm := asList(get(p, "DeploymentConfiguration", "MaximumPercent", "Fn::FindInMap"))
+	if len(fm) != 3 || get(fm[1], "Ref") != "FleetWorkers" {
+		t.Fatalf("%s: MaximumPercent %v, want !FindInMap [MAP, !Ref FleetWorkers, KEY]", svc, get(p, "DeploymentConfiguration", "MaximumPercent"))
+	}
+	for _, v := range allowed {
+		n, _ := strconv.Atoi(flatten(v))
+		maxPct, err := strconv.Atoi(flatten(get(tp.Mappings, flatten(fm[0]), flatten(v), flatten(fm[2]))))
+		switch {
+		case err != nil:
+			t.Errorf("mapping %v has no %s for %d workers", fm[0], fm[2], n)
+		case n == 0:
+		case n*maxPct/100 != n+1:
+			t.Errorf("%d workers: MaximumPercent %d lets a deployment run %d tasks, want %d (one extra)", n, maxPct, n*maxPct/100, n+1)
+		case maxWorkers < n+1:
+			t.Errorf("%d workers: --max-workers %d leaves no slot for a deployment's extra task", n, maxWorkers)
+		}
+	}
+
+	// The role: every call lease.Worker and fleet make on the lease table
+	// (lease.CreateTable's are setup's), and every read ingest/kinesis
+	// makes, with SubscribeToShard on the stream's consumers.
+	code := codeActions(t)
+	leaseActs, readActs := map[string]bool{}, map[string]bool{}
+	for a, wheres := range code {
+		for _, w := range wheres {
+			switch {
+			case strings.HasPrefix(w, "lease/") && !strings.HasPrefix(w, "lease/table.go") && !slices.Contains(setupOnly, a) && a != "dynamodb:DescribeTable":
+				leaseActs[a] = true
+			case strings.HasPrefix(w, "ingest/kinesis/") && !strings.HasPrefix(w, "ingest/kinesis/put.go") && !slices.Contains(setupOnly, a):
+				readActs[a] = true
+			}
+		}
+	}
+	for _, a := range []string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:UpdateItem"} {
+		if !leaseActs[a] {
+			t.Errorf("the scan of lease/ found no %s (found %v): is it broken?", a, sortedKeys(leaseActs))
+		}
+	}
+	for _, a := range []string{"kinesis:SubscribeToShard", "kinesis:RegisterStreamConsumer", "kinesis:DescribeStreamConsumer", "kinesis:GetRecords"} {
+		if !readActs[a] {
+			t.Errorf("the scan of ingest/kinesis/ found no %s (found %v): is it broken?", a, sortedKeys(readActs))
+		}
+	}
+	onLease := tp.roleActionsOn(role, "LeaseTable")
+	for _, a := range sortedKeys(leaseActs) {
+		if !onLease[a] {
+			t.Errorf("%s does not allow %s on LeaseTable (the fleet's workers call it; allowed there: %v)", role, a, sortedKeys(onLease))
+		}
+	}
+	onStream := tp.roleActionsOn(role, "Stream")
+	onConsumers := map[string]bool{}
+	for _, p := range asList(props(tp.Resources[role])["Policies"]) {
+		for _, st := range asList(get(p, "PolicyDocument", "Statement")) {
+			if res := flatten(get(st, "Resource")); strings.HasPrefix(res, "${Stream.Arn}/consumer/") {
+				for _, a := range asList(get(st, "Action")) {
+					onConsumers[flatten(a)] = true
+				}
+			}
+		}
+	}
+	for _, a := range sortedKeys(readActs) {
+		if !onStream[a] {
+			t.Errorf("%s does not allow %s on Stream (ingest/kinesis calls it)", role, a)
+		}
+	}
+	if !onConsumers["kinesis:SubscribeToShard"] || !onConsumers["kinesis:DescribeStreamConsumer"] {
+		t.Errorf("%s allows %v on ${Stream.Arn}/consumer/…, want SubscribeToShard and DescribeStreamConsumer", role, sortedKeys(onConsumers))
+	}
+
+	// The one-off setup: adclick setup with the flags it has, the ranges,
+	// the job the workers run, and the lease table run derives.
+	out := tp.Outputs["FleetSetupCommand"]
+	if get(out, "Condition") != "IsFleet" {
+		t.Errorf("output FleetSetupCommand %v, want one with Condition IsFleet", out)
+	}
+	words := strings.Fields(flatten(get(out, "Value")))
+	if len(words) < 2 || words[0] != "adclick" || words[1] != "setup" {
+		t.Fatalf("FleetSetupCommand %q, want adclick setup …", words)
+	}
+	cmd := exec.Command(binPath, "setup", "--help")
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "ADCLICK_") })
+	help, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("adclick setup --help: %v\n%s", err, help)
+	}
+	setup := map[string]string{}
+	for i := 2; i < len(words); i++ {
+		f, ok := strings.CutPrefix(words[i], "--")
+		if !ok {
+			continue
+		}
+		if !regexp.MustCompile(`(?m)^\s+--` + regexp.QuoteMeta(f) + `\s`).Match(help) {
+			t.Errorf("FleetSetupCommand: --%s is not in `adclick setup --help`", f)
+		}
+		if i+1 < len(words) {
+			setup[f] = words[i+1]
+		}
+	}
+	for f, want := range map[string]string{"ranges": "${FleetRanges}", "job-name": values["job-name"], "lease-table": "${LeaseTable}"} {
+		if setup[f] != want {
+			t.Errorf("FleetSetupCommand: --%s %q, want %q", f, setup[f], want)
+		}
+	}
+	// With efo, one consumer per range: 20 per stream, doubled during a
+	// blue/green switch.
+	if mx, err := strconv.Atoi(flatten(get(tp.Parameters, "FleetRanges", "MaxValue"))); err != nil || mx > 10 {
+		t.Errorf("FleetRanges MaxValue %v, want at most 10 (20 consumers per stream, doubled during a switch)", get(tp.Parameters, "FleetRanges", "MaxValue"))
+	}
+
+	// A fleet runs alone: a rule refuses FleetWorkers above 0 unless every
+	// single-task service's DesiredCount parameter is 0.
+	zeroed := map[string]bool{}
+	for _, n := range sortedKeys(tp.Rules) {
+		r := tp.Rules[n]
+		if !refsOf(get(r, "RuleCondition"))["FleetWorkers"] {
+			continue
+		}
+		walk(get(r, "Assertions"), func(v any) {
+			if eq := asList(get(v, "Fn::Equals")); len(eq) == 2 && flatten(eq[1]) == "0" {
+				if p, ok := get(eq[0], "Ref").(string); ok {
+					zeroed[p] = true
+				}
+			}
+		})
+	}
+	for _, n := range tp.ofType("AWS::ECS::Service") {
+		if n == svc {
+			continue
+		}
+		if p, _ := get(props(tp.Resources[n]), "DesiredCount", "Ref").(string); !zeroed[p] {
+			t.Errorf("%s: no rule refuses a fleet while its DesiredCount (%v) is above 0", n, get(props(tp.Resources[n]), "DesiredCount"))
+		}
+	}
+
+	// At least one alarm on the fleet's own metrics.
+	n := 0
+	for _, a := range tp.ofType("AWS::CloudWatch::Alarm") {
+		if tp.Resources[a]["Condition"] == "IsFleet" && strings.HasPrefix(flatten(props(tp.Resources[a])["MetricName"]), "adclick_fleet_") {
+			n++
+		}
+	}
+	if n == 0 {
+		t.Error("no alarm on adclick_fleet_* under Condition IsFleet")
+	}
 }
 
 // ---------------------------------------------------------------- systemd

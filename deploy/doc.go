@@ -13,5 +13,8 @@
 // Kinesis, DynamoDB and S3 API actions the Go source calls; every flag and
 // ADCLICK_ variable the template, the image and the systemd unit pass must
 // exist in `adclick run --help`; the health checks must run the image's
-// probe on the route the API serves. The package has no Go API.
+// probe on the route the API serves; the fleet (FleetWorkers above 0) must
+// exist only under its condition, run what `run --fleet` accepts, deploy
+// one extra task at a time, and be allowed the lease-table and stream calls
+// of lease/ and ingest/kinesis/. The package has no Go API.
 package deploy

@@ -32,6 +32,7 @@ var pages = []string{
 	"valkey-outage.md",
 	"recount-mismatch.md",
 	"bad-deploy.md",
+	"fleet.md",
 }
 
 // sections every page must have, as "## <title>" headings.

@@ -19,7 +19,7 @@ import (
 var runbooks = map[string]bool{
 	"watermark-lag.md": true, "consumer-lag.md": true, "crash-restore.md": true, "blue-green.md": true,
 	"rescaling.md": true, "resharding.md": true, "dynamodb-throttling.md": true, "valkey-outage.md": true,
-	"recount-mismatch.md": true, "bad-deploy.md": true,
+	"recount-mismatch.md": true, "bad-deploy.md": true, "fleet.md": true,
 }
 
 type ruleFile struct {
