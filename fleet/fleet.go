@@ -59,14 +59,15 @@ type Options struct {
 	// Logger receives the worker's decisions; each pipeline logs with the
 	// attribute range=kg<from>-<to>. Default: discard.
 	Logger *slog.Logger
-	// Registerer receives the worker's metrics. Each pipeline registers its
-	// own in a registry of its own, labelled range=kg<from>-<to>, which
-	// Gatherer serves while the pipeline runs. nil: none.
+	// Registerer receives the worker's metrics (one Fleet per registry).
+	// Each pipeline registers its own in a registry of its own, labelled
+	// range=kg<from>-<to>, which Gatherer serves while the pipeline runs.
+	// nil: none.
 	Registerer prometheus.Registerer
-	// OnRange, if set, is called when a range pipeline starts (restored,
-	// flushed and reading: job is its runtime.Job) and once more with a nil
-	// job when it has stopped (err is why, nil for a clean stop). For the
-	// status endpoint and tests; it must not block.
+	// OnRange, if set, is called when a range pipeline has opened
+	// (restored and flushed, about to read: job is its runtime.Job) and
+	// once more with a nil job when it has stopped (err is why, nil for a
+	// clean stop). For the status endpoint and tests; it must not block.
 	OnRange func(r windowing.KeyGroups, job *runtime.Job, err error)
 }
 
@@ -97,9 +98,10 @@ type pipeline struct {
 	stop  context.CancelFunc
 	reg   *prometheus.Registry
 	err   error // set before done is sent
-	// handoff is set when the range is being handed over: its stop is
-	// graceful and expected.
-	handoff bool
+	// handoff is set when the range is being handed over (under jobMu:
+	// runPipeline reads it); stopped when this worker stopped it (a handoff
+	// or the worker's own stop). Both only on Run's goroutine otherwise.
+	handoff, stopped bool
 
 	jobMu sync.Mutex
 	job   *runtime.Job
@@ -137,10 +139,12 @@ func New(o Options) (*Fleet, error) {
 }
 
 // Run works until ctx ends: then every range pipeline stops with a final
-// checkpoint, its claim and the slot are released, and Run returns nil.
-// It returns an error only when it cannot go on at all (the slot cannot be
-// held); a failing range pipeline is logged, its range released for
-// another round (or another worker), and the worker goes on.
+// checkpoint (drained if Config.Drain says so: with it, every range this
+// worker holds drains, though the other workers go on with them, so it is
+// for stopping a whole fleet), its claim and the slot are released, and Run
+// returns nil. A failing range pipeline is logged, its range released and
+// left to the others for a while, and the worker goes on; a lost slot is
+// taken again.
 func (f *Fleet) Run(ctx context.Context) error {
 	watcher := lease.NewWatcher()
 	bo := f.w.BalanceOptions()
@@ -221,40 +225,58 @@ func (f *Fleet) round(ctx context.Context, p lease.Plan) {
 		pl := f.ranges[it.Key]
 		f.mu.Unlock()
 		if pl != nil && !pl.handoff {
-			pl.handoff = true
 			f.m.handoffs.Inc()
 			f.log.Info("handing a range over", "range", pl.r.String(), "to", it.HandoffTo)
 			pl.jobMu.Lock()
+			pl.handoff = true
 			if pl.job != nil {
 				// The range goes on at the asker: its open windows must not
 				// fire now (Config.Drain is for a stop of the whole job).
+				// A pipeline still opening sees handoff once it has its job.
 				pl.job.SetDrain(false)
 			}
 			pl.jobMu.Unlock()
+			pl.stopped = true
 			pl.stop()
 		}
 	}
 	for _, it := range p.Take {
+		if ctx.Err() != nil {
+			return // stopping: take nothing more
+		}
 		f.mu.Lock()
 		_, running := f.ranges[it.Key]
 		f.mu.Unlock()
 		if running {
 			continue // a tenure of ours still stopping
 		}
-		if until, ok := f.resting[it.Key]; ok {
-			if time.Now().Before(until) {
-				continue
-			}
-			delete(f.resting, it.Key)
+		if f.isResting(it.Key) {
+			continue
 		}
-		c, err := f.w.Take(ctx, it)
+		// The take and its confirmation are not cut short by a stop: a take
+		// applied but unconfirmed would leave the range to a dead tenure for
+		// a lease duration. A range taken as the worker stops is released.
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.w.Options().Duration/3)
+		c, err := f.w.Take(tctx, it)
 		if err != nil {
+			cancel()
 			if !errors.Is(err, lease.ErrChanged) {
 				f.log.Warn("taking a range failed", "lease", it.Key, "err", err)
 			}
 			continue
 		}
+		if ctx.Err() != nil {
+			if err := c.Release(tctx); err != nil {
+				f.log.Warn("releasing a range taken while stopping failed; it is free once its lease lapses", "lease", it.Key, "err", err)
+			}
+			cancel()
+			return
+		}
+		cancel()
 		f.start(ctx, c)
+	}
+	if p.Ask != nil && f.isResting(p.Ask.Key) {
+		p.Ask = nil // it just failed here: leave it where it runs
 	}
 	if p.Ask != nil {
 		if err := f.w.AskHandoff(ctx, *p.Ask); err != nil && !errors.Is(err, lease.ErrChanged) {
@@ -263,6 +285,17 @@ func (f *Fleet) round(ctx context.Context, p lease.Plan) {
 			f.log.Info("asked for a range", "lease", p.Ask.Key, "holder", p.Ask.Worker)
 		}
 	}
+}
+
+// isResting reports whether the range of key failed here lately (and
+// forgets it once its rest is over).
+func (f *Fleet) isResting(key string) bool {
+	until, ok := f.resting[key]
+	if ok && !time.Now().Before(until) {
+		delete(f.resting, key)
+		return false
+	}
+	return ok
 }
 
 // start runs the pipeline of the range claim holds.
@@ -311,6 +344,9 @@ func (f *Fleet) runPipeline(ctx context.Context, p *pipeline) error {
 	}
 	p.jobMu.Lock()
 	p.job = job
+	if p.handoff {
+		job.SetDrain(false) // asked for while the range was opening
+	}
 	p.jobMu.Unlock()
 	if f.o.OnRange != nil {
 		f.o.OnRange(p.r, job, nil)
@@ -333,11 +369,11 @@ type claimLease struct{ *lease.Claim }
 
 var _ runtime.CommitLease = claimLease{}
 
-// Committed returns what the take read (Claim.Item is the item as taken
-// until this holder writes it).
-func (c claimLease) Committed() (int64, int64) {
+// Committed returns the range's progress as the take read it (the item
+// changes later only by this holder's own writes).
+func (c claimLease) Committed() (int64, string, int64) {
 	it := c.Item()
-	return it.Checkpoint.ID, it.EpochHigh
+	return it.Checkpoint.ID, it.Checkpoint.Key, it.EpochHigh
 }
 
 func (c claimLease) Commit(ctx context.Context, id int64, key string, wm int64) error {
@@ -363,12 +399,17 @@ func (f *Fleet) ended(p *pipeline) {
 		f.log.Info("range stopped", "range", p.r.String(), "handoff", p.handoff)
 	case p.handoff:
 		f.log.Warn("range stopped during its handoff with an error; the asker restores its last checkpoint", "range", p.r.String(), "err", p.err)
+	case p.stopped:
+		f.log.Info("range stopped with the worker before it was running", "range", p.r.String(), "err", p.err)
 	case errors.Is(p.err, lease.ErrLost):
 		f.m.lost.Inc()
 		f.log.Warn("range lost: its lease lapsed or was taken over, and its pipeline stopped without writing more", "range", p.r.String(), "err", p.err)
 	default:
 		f.m.failures.Inc()
-		rest := 2 * f.w.Options().Duration
+		// Longer than the handoff timeout, after which the others take a
+		// free range whatever their target (lease.Balance).
+		wo := f.w.Options()
+		rest := wo.HandoffTimeout + wo.Duration
 		f.resting[p.key] = time.Now().Add(rest)
 		f.log.Error("range pipeline failed; its lease is released, and this worker leaves the range to the others for a while",
 			"range", p.r.String(), "rest", rest, "err", p.err)
@@ -384,6 +425,7 @@ func (f *Fleet) stopAll() {
 	ps := slices.Collect(maps.Values(f.ranges))
 	f.mu.Unlock()
 	for _, p := range ps {
+		p.stopped = true
 		p.stop()
 	}
 	for range ps {

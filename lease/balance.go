@@ -197,6 +197,11 @@ type Plan struct {
 //     2/2/0. At most one ask is pending per worker, as KCL's
 //     maxLeasesToStealAtOneTime = 1. Asks never loop back: an asker ends
 //     at most at Target, its holder at least at Target − 1.
+//   - A range free for HandoffTimeout (watched free that long) is taken
+//     whatever the target: nobody below the target is left to take it,
+//     or it fails on the one that is. The fleet rebalances by asks.
+//   - Only ranges the ranges map lists count: any other range item of
+//     the job (a single process's lease) is never taken.
 //   - A request on a range I hold is honoured (HandOff) when its asker is
 //     live, else removed (Cancel). My own request lapses after
 //     HandoffTimeout (Cancel; a new one waits for the next round). A live
@@ -221,6 +226,12 @@ func Balance(s Snapshot, me string, now time.Duration, o BalanceOptions) Plan {
 			if l.State != StateActive {
 				continue
 			}
+			if s.Map != nil && !slices.Contains(s.Map.Ranges, l.Range) {
+				// Not one of the job's ranges (such as a single process's
+				// job lease 0-128 beside ranges set up later): taking it
+				// would count its ads twice.
+				continue
+			}
 			active = append(active, l)
 			if l.Live(now, o.Duration) {
 				live[l.Worker] = true
@@ -235,7 +246,7 @@ func Balance(s Snapshot, me string, now time.Duration, o BalanceOptions) Plan {
 	}
 	p.Target = (len(active) + p.Workers - 1) / p.Workers
 
-	var reserved, free, expired, lapsed []Item
+	var reserved, free, expired, lapsed, strays []Item
 	pendingAsk := false
 	for _, l := range active {
 		switch {
@@ -260,6 +271,9 @@ func Balance(s Snapshot, me string, now time.Duration, o BalanceOptions) Plan {
 			expired = append(expired, l.Item)
 		case l.HandoffTo == "":
 			free = append(free, l.Item)
+			if now-l.Since >= o.HandoffTimeout {
+				strays = append(strays, l.Item)
+			}
 		case l.HandoffTo == me:
 			reserved = append(reserved, l.Item)
 		case now-max(l.Since, l.HandoffSince) >= o.HandoffTimeout:
@@ -280,6 +294,15 @@ func Balance(s Snapshot, me string, now time.Duration, o BalanceOptions) Plan {
 		p.Take = append(p.Take, cands[:min(needed, len(cands))]...)
 	case !pendingAsk && len(reserved) == 0:
 		p.Ask = chooseAsk(active, count, me, now, needed, p.Target, o)
+	}
+	// A range left free for a handoff timeout is taken whatever the
+	// target: the workers below it may all be gone, or the one that would
+	// take it may be the one it fails on.
+	prefer(me, strays)
+	for _, it := range strays {
+		if !slices.ContainsFunc(p.Take, func(t Item) bool { return t.Key == it.Key }) {
+			p.Take = append(p.Take, it)
+		}
 	}
 	return p
 }

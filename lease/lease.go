@@ -130,6 +130,9 @@ func Acquire(ctx context.Context, api API, o Options) (*Lease, error) {
 			endCause(errors.New("lease: not acquired"))
 		}
 	}()
+	if err := l.refuseFleet(ctx); err != nil {
+		return nil, err
+	}
 	cur, err := l.read(ctx)
 	if err != nil {
 		return nil, err
@@ -252,6 +255,22 @@ func (l *Lease) read(ctx context.Context) (item, error) {
 		return item{}, fmt.Errorf("lease: read %s in table %s: malformed item: %w", l.key, l.o.Table, err)
 	}
 	return it, nil
+}
+
+// refuseFleet refuses a job whose key groups are cut into ranges (adclick
+// setup --ranges): its workers hold range leases, one of which may be this
+// very item, and a single process beside them would count the same ads.
+func (l *Lease) refuseFleet(ctx context.Context) error {
+	key := RangesKey(l.o.Job)
+	out, err := l.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(l.o.Table),
+		Key: map[string]types.AttributeValue{attrKey: avS(key)}, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return fmt.Errorf("lease: read %s: %w", key, err)
+	}
+	if out.Item != nil {
+		return fmt.Errorf("lease: job %s is a fleet (its key-group ranges are set up in %s): run its workers with --fleet, or give this process another job name", l.o.Job, l.o.Table)
+	}
+	return nil
 }
 
 func isRefused(err error) bool {

@@ -341,12 +341,26 @@ func (w *Worker) ReadMap(ctx context.Context) (*RangesMap, error) {
 // each counter 0 (adclick setup --ranges). It is idempotent: items that
 // exist are kept as they are (a single-worker job's lease 0-128 among
 // them), and a map that exists must list the same ranges.
+//
+// A job that ran as a single process (its job lease, an item "<job>#kg0-128"
+// without a state, written by Acquire) is refused: its rows, checkpoints and
+// epochs are those of one job under one lease model, and a fleet must start
+// as a new job.
 func (w *Worker) Setup(ctx context.Context, ranges []Range) error {
 	if err := CheckCover(ranges); err != nil {
 		return err
 	}
+	single := RangeKey(w.o.Job, Range{0, KeyGroups})
+	out, err := w.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(w.o.Table),
+		Key: map[string]types.AttributeValue{attrKey: avS(single)}, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return fmt.Errorf("lease: set up %s: %w", w.o.Job, err)
+	}
+	if _, ranged := out.Item[attrState]; out.Item != nil && !ranged {
+		return fmt.Errorf("lease: job %s ran as a single process (its lease %s is in %s): a fleet must be a new job; give it another job name", w.o.Job, single, w.o.Table)
+	}
 	key := RangesKey(w.o.Job)
-	_, err := w.api.UpdateItem(ctx, w.request(key, condCreateItem, updCreateMap, map[string]types.AttributeValue{
+	_, err = w.api.UpdateItem(ctx, w.request(key, condCreateItem, updCreateMap, map[string]types.AttributeValue{
 		":rs": rangesValue(ranges), ":one": avN(1), ":j": avS(w.o.Job),
 	}))
 	if err != nil && !isRefused(err) {

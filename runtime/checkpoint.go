@@ -152,9 +152,30 @@ func (c *checkpoints) latest(ctx context.Context) (dir string, m Meta, found boo
 // false if none). It must verify: an older one would be safe to restore,
 // but the lease does not say which older ones were committed.
 func (c *checkpoints) committed(ctx context.Context) (dir string, m Meta, found bool, err error) {
-	id, _ := c.commits.Committed()
+	id, key, lh := c.commits.Committed()
+	ids, err := c.store.List(ctx, ckpt.Checkpoint)
+	if err != nil {
+		return "", Meta{}, false, fmt.Errorf("runtime: list checkpoints: %w", err)
+	}
+	h, hok, err := c.store.High(ctx)
+	if err != nil {
+		return "", Meta{}, false, fmt.Errorf("runtime: read the epoch high-water mark: %w", err)
+	}
+	// Every upload of this lineage is of an epoch its holder opened in the
+	// lease first: anything above the lease's mark is someone else's.
+	if n := len(ids); (n > 0 && ids[n-1] > lh) || (hok && h > lh) {
+		last := int64(0)
+		if n > 0 {
+			last = ids[n-1]
+		}
+		return "", Meta{}, false, fmt.Errorf("runtime: the checkpoint store holds checkpoint %d and epochs up to %d, above what the lease recorded (checkpoint %d, epoch high %d): it belongs to another lineage (a changed job name, lease table or checkpoint location?); refusing to start rather than remove it",
+			last, h, id, lh)
+	}
 	if id == 0 {
 		return "", Meta{}, false, nil
+	}
+	if loc := c.store.Location(id, ckpt.Checkpoint); key != "" && key != loc {
+		return "", Meta{}, false, fmt.Errorf("runtime: the lease's committed checkpoint %d is at %s, but this job's store names it %s: refusing to restore another lineage's checkpoint", id, key, loc)
 	}
 	dir, m, err = c.fetch(ctx, id, ckpt.Checkpoint)
 	if err != nil {
@@ -260,7 +281,7 @@ func (c *checkpoints) oldestRestorable(ctx context.Context) (int64, bool) {
 func (c *checkpoints) high(ctx context.Context) (int64, bool, error) {
 	h, ok, err := c.store.High(ctx)
 	if c.commits != nil && err == nil {
-		if _, lh := c.commits.Committed(); lh > h || (lh > 0 && !ok) {
+		if _, _, lh := c.commits.Committed(); lh > h || (lh > 0 && !ok) {
 			h, ok = max(h, lh), true
 		}
 	}

@@ -18,15 +18,16 @@ type commitLease struct {
 	*testLease
 	mu        sync.Mutex
 	committed int64 // as a take read it
+	key       string
 	high      int64
 	opened    []int64
 	commits   []int64
 }
 
-func (l *commitLease) Committed() (int64, int64) {
+func (l *commitLease) Committed() (int64, string, int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.committed, l.high
+	return l.committed, l.key, l.high
 }
 
 func (l *commitLease) OpenEpoch(_ context.Context, e int64) error {
@@ -109,8 +110,45 @@ func TestCommitLeaseNamesTheCheckpointToRestore(t *testing.T) {
 	checkRows(t, scanRows(t, j2.Rows()), ref)
 	j2.Close()
 
-	// No committed checkpoint: an empty start, whatever the store holds.
-	third := &commitLease{testLease: newTestLease()}
+	// A lease that recorded less than the store holds (a new lease table
+	// or job name over an old checkpoint store) is another lineage: the
+	// start is refused and nothing is removed.
+	for _, l := range []*commitLease{
+		{testLease: newTestLease()},
+		{testLease: newTestLease(), committed: kept, high: kept},
+		{testLease: newTestLease(), committed: kept, key: "s3://elsewhere/kg0-64/manifests/000001.json", high: 1000},
+	} {
+		before, err := j2.ckpts.store.List(context.Background(), ckpt.Checkpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		withCommitLease(&cfg, l)
+		if j, err := Open(context.Background(), cfg); err == nil {
+			j.Close()
+			t.Errorf("lease at checkpoint %d, epoch high %d, key %q: the start was not refused", l.committed, l.high, l.key)
+		} else {
+			t.Logf("refused: %v", err)
+		}
+		after, err := j2.ckpts.store.List(context.Background(), ckpt.Checkpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(before, after) {
+			t.Errorf("a refused start changed the checkpoints %v to %v", before, after)
+		}
+	}
+
+	// No checkpoint committed, but epochs opened (a first holder that
+	// died before its first commit): an empty start, and its uploads go.
+	all, err := j2.ckpts.store.List(context.Background(), ckpt.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _, err := j2.ckpts.store.High(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	third := &commitLease{testLease: newTestLease(), high: max(h, all[len(all)-1])}
 	withCommitLease(&cfg, third)
 	j3, err := Open(context.Background(), cfg)
 	if err != nil {
@@ -119,6 +157,9 @@ func TestCommitLeaseNamesTheCheckpointToRestore(t *testing.T) {
 	defer j3.Close()
 	if got := j3.Status().Restored; got != 0 {
 		t.Errorf("restored checkpoint %d with none committed, want an empty start", got)
+	}
+	if left, _ := j3.ckpts.store.List(context.Background(), ckpt.Checkpoint); len(left) != 0 {
+		t.Errorf("uncommitted checkpoints %v left", left)
 	}
 	if err := j3.Run(context.Background()); err != nil {
 		t.Fatal(err)

@@ -38,14 +38,19 @@ type Lease interface {
 // its late uploads are never restored.
 //
 // With a CommitLease the job restores exactly the committed checkpoint
-// (none: empty state), whatever newer ones the store holds, and removes
-// those; it opens each epoch in the lease before its barrier, and a
-// checkpoint is complete only once committed there.
+// (none: empty state) and removes the newer uploads, which only a holder
+// that opened their epochs in the lease can have made; it opens each epoch
+// in the lease before its barrier, and a checkpoint is complete only once
+// committed there. A store holding a checkpoint or epoch above the lease's
+// high-water mark, or a committed checkpoint at another location, is
+// another lineage (a changed job name, lease table or checkpoint store):
+// the start is refused rather than wipe it.
 type CommitLease interface {
 	Lease
-	// Committed returns the committed checkpoint (0: none) and the epoch
-	// high-water mark as the take read them.
-	Committed() (checkpoint, epochHigh int64)
+	// Committed returns the committed checkpoint (0: none), the location
+	// of its manifest as the store named it, and the epoch high-water mark,
+	// as the take read them.
+	Committed() (checkpoint int64, key string, epochHigh int64)
 	// OpenEpoch records that epochs up to e may be written (idempotent).
 	OpenEpoch(ctx context.Context, e int64) error
 	// Commit records checkpoint id, whose manifest is at key, with the

@@ -93,8 +93,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	leaseTable := fs.String("lease-table", "", "DynamoDB table of job leases (default with --sink dynamodb:TABLE: TABLE"+lease.TableSuffix+"); with --checkpoints s3:// the job holds a lease there, so a second process on the same job is refused and a crashed one is taken over once its lease lapses")
 	leaseMs := fs.Int64("lease-ms", lease.DefaultDuration.Milliseconds(), "lease duration: renewed every third of it; a process that stopped renewing is taken over after it")
 	jobName := fs.String("job-name", "", "the job's name in the lease table (default: the --checkpoints s3:// location)")
-	fleetMode := fs.Bool("fleet", false, "run as one worker of a job several processes share: the job's key-group ranges, made by `adclick setup --ranges N --job-name NAME`, are leased in --lease-table; this worker takes its share, runs one pipeline per range it holds (each reading every shard, counting only its own ads), and takes over the ranges of a worker that stops renewing. Needs --sink dynamodb:TABLE, --checkpoints s3:// and --lake s3://")
-	keyGroups := fs.String("key-groups", "", "count only the ads of this key-group range, like kg0-64 (testing and benchmarks: a static share of the job; its checkpoints go under <--checkpoints>/<range> and its tag index and epoch sets are kept apart from other ranges'); a fleet (--fleet) leases its ranges instead")
+	fleetMode := fs.Bool("fleet", false, "run as one worker of a job several processes share: the job's key-group ranges, made by `adclick setup --ranges N --job-name NAME`, are leased in --lease-table; this worker takes its share, runs one pipeline per range it holds (each reading every shard, counting only its own ads), and takes over the ranges of a worker that stops renewing. Needs --source kinesis:STREAM, --sink dynamodb:TABLE, --checkpoints s3:// and --lake s3://; with --drain a SIGTERM drains every range the worker holds, though they go on elsewhere, so give it only to stop a whole fleet")
+	keyGroups := fs.String("key-groups", "", "benchmarks and tests, embedded mode only: count only the ads of this key-group range, like kg0-64 (adclick bench's workersN variant); a fleet (--fleet) leases its ranges instead")
 	workerID := fs.String("worker-id", "", "with --fleet: this worker's name in the lease table (default: host name and process id)")
 	maxWorkers := fs.Int("max-workers", fleet.DefaultSlots, "with --fleet: the most workers of the job at once (its slot leases)")
 	checkpointsURL := fs.String("checkpoints", "", "keep checkpoints and savepoints in s3://BUCKET/PREFIX (incremental, manifest last) instead of under --data; a restart with an empty --data restores from there")
@@ -139,6 +139,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		r, err := windowing.ParseKeyGroups(*keyGroups)
 		if err != nil {
 			return usageError{fmt.Errorf("--key-groups: %w", err)}
+		}
+		if sf.sink != "embedded" && sf.sink != "" || *checkpointsURL != "" || *lakeURL != "" || *leaseTable != "" || *jobName != "" {
+			// A static range has no range lease: beside a fleet's range of
+			// the same name it would share its scope and checkpoints.
+			return usageError{errors.New("--key-groups is for embedded mode (benchmarks, tests): not with --sink dynamodb, --checkpoints, --lake, --lease-table or --job-name; a fleet (--fleet) leases its ranges")}
 		}
 		cfg.KeyGroups = r
 	}
@@ -207,16 +212,6 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *workerID != "" || fs.Lookup("max-workers").Value.String() != fs.Lookup("max-workers").DefValue {
 		return usageError{errors.New("--worker-id and --max-workers go with --fleet")}
 	}
-	if !cfg.KeyGroups.All() {
-		// A static range keeps its checkpoints, its lease and its writes'
-		// bookkeeping apart from the other ranges' of the job.
-		if *checkpointsURL != "" {
-			*checkpointsURL = strings.TrimSuffix(*checkpointsURL, "/") + "/" + cfg.KeyGroups.String()
-		}
-		if *jobName != "" {
-			*jobName += "/" + cfg.KeyGroups.String()
-		}
-	}
 	if cfg.Lease, err = leaseConfig(ctx, *leaseTable, *jobName, *checkpointsURL, *leaseMs, &sf, log); err != nil {
 		return err
 	}
@@ -253,8 +248,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer closeSinks()
 	cfg.Rows, cfg.Totals = rows, totals
-	if !cfg.KeyGroups.All() {
-		if cfg.Rows, cfg.Totals, err = scopedSinks(rows, totals, cfg.KeyGroups.Scope()); err != nil {
+	if !cfg.KeyGroups.All() && totals != nil {
+		// A static range's Valkey epoch sets stay apart from the others'.
+		if _, cfg.Totals, err = scopedSinks(nil, totals, cfg.KeyGroups.Scope()); err != nil {
 			return err
 		}
 	}

@@ -268,8 +268,8 @@ func workersVariant(v string) (int, bool) {
 // (GOMAXPROCS=1, one subtask, and pinned with taskset when the machine has
 // it). Every process reads every record and counts only its own ads', as
 // the workers of a fleet do. Clicks/s is the trace's clicks over the wall
-// time of the slowest; CPU time and peak RSS are the processes' sums;
-// latency and state are the largest any process had.
+// time of the slowest; CPU time, peak RSS and state are the processes'
+// sums; latency is the largest any process had.
 func runWorkers(ctx context.Context, o Options, v string, n int, trace, tmp string) (Result, error) {
 	taskset, _ := exec.LookPath("taskset")
 	cmds := make([]*exec.Cmd, n)
