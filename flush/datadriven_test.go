@@ -17,8 +17,9 @@ import (
 
 // TestDataDriven runs the scenario files in testdata/. Commands:
 //
-//	put writer=fast|late key=ad_7/M10:14 epoch=41 gen=7 valid=5 [spend=N] [restored=N] [scope=S]
-//	    a tagged write (with restored=N, a CLOSED-WINDOW WRITE); prints ok or refused
+//	put writer=fast|late key=ad_7/M10:14 epoch=41 gen=7 valid=5 [spend=N] [restored=N] [fence=N] [scope=S]
+//	    a tagged write (with restored=N, a CLOSED-WINDOW WRITE; with fence=N,
+//	    under the lease fence N); prints ok or refused
 //	final key=ad_7/H10 gen=7 valid=N [spend=N] [at=N]
 //	    a recount write
 //	set-total key=ad_7/M10:14 epoch=41 valid=N [spend=N] [scope=S]
@@ -27,12 +28,12 @@ import (
 //	late ad_7/H10 valid=N [spend=N]
 //	total ad_7/M10:14 valid=N [spend=N]
 //	    replaces the restored state (late totals and running totals)
-//	flush c=41 high=43 gen=7 [crash-after=N] [no-totals] [scope=S]
+//	flush c=41 high=43 gen=7 [fence=N] [crash-after=N] [no-totals] [scope=S]
 //	    runs Full; with crash-after, every write after the first N fails
-//	sweep gen=7 since=51 high=54 [crash-after=N] [scope=S]
+//	sweep gen=7 since=51 high=54 [fence-gen=G fence=N] [crash-after=N] [scope=S]
 //	    runs Sweep
 //	table
-//	    prints every item
+//	    prints every item (wf=N: the fence of its last tagged write, if any)
 //	totals [scope=S]
 //	    prints every running total the test has named, and the epoch
 //	    bookkeeping of epochs 0..99
@@ -79,6 +80,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		d.ScanArgs(t, "gen", &p.Gen)
 		d.ScanArgs(t, "valid", &p.Valid)
 		d.MaybeScanArgs(t, "spend", &p.SpendMicros)
+		d.MaybeScanArgs(t, "fence", &p.Fence)
 		p.ClosedRow = d.MaybeScanArgs(t, "restored", &p.RestoredCkpt)
 		var err error
 		if p.Writer, err = parseWriter(w); err != nil {
@@ -160,6 +162,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		d.ScanArgs(t, "c", &o.Restored)
 		d.ScanArgs(t, "high", &o.High)
 		d.ScanArgs(t, "gen", &o.Gen)
+		d.MaybeScanArgs(t, "fence", &o.Fence)
 		view, err := h.rowsIn(t, d)
 		if err != nil {
 			return "", err
@@ -191,6 +194,8 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		d.ScanArgs(t, "gen", &o.Gen)
 		d.ScanArgs(t, "since", &o.Since)
 		d.ScanArgs(t, "high", &o.High)
+		d.MaybeScanArgs(t, "fence-gen", &o.FenceGen)
+		d.MaybeScanArgs(t, "fence", &o.Fence)
 		view, err := h.rowsIn(t, d)
 		if err != nil {
 			return "", err
@@ -337,6 +342,9 @@ func formatRun(rep Report, cnt *counting, err error) string {
 	fmt.Fprintf(&sb, "epochs=%d scanned=%d deleted=%d removed=%d late-rewritten=%d fast-rewritten=%d totals-rewritten=%d totals-deleted=%d refused=%d fenced=%d\n",
 		rep.Epochs, rep.ItemsScanned, rep.ItemsDeleted, rep.AttrsRemoved, rep.LateRewritten, rep.FastRewritten,
 		rep.TotalsRewritten, rep.TotalsDeleted, rep.Refused, rep.Fenced)
+	if rep.Superseded != 0 {
+		fmt.Fprintf(&sb, "superseded=%d\n", rep.Superseded)
+	}
 	fmt.Fprintf(&sb, "cost: queries=%d results=%d row-writes=%d gets=%d\n", cnt.queries, cnt.results, cnt.writes, cnt.gets)
 	return sb.String()
 }

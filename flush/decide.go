@@ -160,12 +160,14 @@ func carriesOther(it sink.Item, w sink.Writer) bool {
 
 // upToDate reports whether a RewriteLate or RewriteFast would change
 // nothing: the writer's attributes on the item already hold the action's
-// values, tag and generation, and the index key a write through the row
-// store's view with index scope scope would give it.
-func upToDate(it sink.Item, act Action, gen int64, scope string) bool {
+// values, tag and generation, the index key a write through the row
+// store's view with index scope scope would give it, and the item the
+// run's fence (an item an older owner wrote with the same values is
+// rewritten, so that its wf fences that owner off).
+func upToDate(it sink.Item, act Action, gen, fence int64, scope string) bool {
 	l := *it.Attrs(act.Writer)
 	return l.Present && l.Ckpt == act.Epoch && l.Valid == act.Valid &&
 		l.SpendMicros == act.SpendMicros && l.Gen == gen &&
 		l.Ix == sink.IndexKeyIn(scope, act.Epoch, it.Key) &&
-		(!it.HasJobGen || it.JobGen == gen)
+		(!it.HasJobGen || it.JobGen == gen) && it.Fence == fence
 }

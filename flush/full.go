@@ -50,6 +50,10 @@ type Report struct {
 	// Fenced counts attribute groups left alone because a newer generation
 	// than the flushing job's wrote them.
 	Fenced int
+	// Superseded counts attribute groups left alone because a newer owner
+	// of the range wrote their item: its job_gen is the run's and its wf
+	// above the run's fence (Options.Fence). This run's lease was taken.
+	Superseded int
 	// Duration is the run's duration on the options' clock.
 	Duration time.Duration
 	// Epochs is the number of epochs queried.
@@ -71,6 +75,7 @@ func (r Report) LogValue() slog.Value {
 		slog.Int("totals_deleted", r.TotalsDeleted),
 		slog.Int("refused", r.Refused),
 		slog.Int("fenced", r.Fenced),
+		slog.Int("superseded", r.Superseded),
 		slog.Int("retries", r.Retries),
 		slog.Duration("duration", r.Duration),
 	)
@@ -93,7 +98,9 @@ var writers = sink.TaggedWriters
 //     with tag c and generation o.Gen, or removed where st holds none. Deletes and removes
 //     are conditioned on the <w>_ckpt seen; an item found changed is read
 //     again and decided again. Attributes written by a newer generation
-//     than o.Gen are left alone (job_gen fencing).
+//     than o.Gen are left alone (job_gen fencing), and so are items a
+//     newer owner of the range wrote (o.Fence, the lease fence). Every
+//     rewrite, Remove and Delete carries the token (o.Gen, o.Fence).
 //  2. If totals is not nil: every total in ts is written with Epoch c
 //     (SetTotals records it under epoch c, which must survive: a later
 //     restore from c or earlier has to find it); every key recorded under
@@ -128,12 +135,18 @@ func Full(ctx context.Context, rows sink.Rows, totals sink.Totals, st State, ts 
 	case totals != nil && ts == nil:
 		return Report{}, errors.New("flush: a totals store but no restored totals")
 	}
+	tok := sink.Token{Gen: o.Gen, Fence: o.Fence}
+	rows, err := fencedRows(rows, tok)
+	if err != nil {
+		return Report{}, err
+	}
 	l := o.limits()
 	r := newRunner(rows, &l, "flush", newMetrics(o.Registerer))
+	r.tok = &tok
 	r.prog = progress{fn: o.Progress, logger: o.Logger, lastLog: r.start, queriesTotal: queriesOf(o.Restored, o.High)}
-	f := &fullRun{runner: r, c: o.Restored, gen: o.Gen, st: st}
+	f := &fullRun{runner: r, c: o.Restored, gen: o.Gen, fence: o.Fence, st: st}
 	r.setPhase(PhaseRows)
-	err := r.eachIndexed(ctx, o.Restored, o.High, f.item)
+	err = r.eachIndexed(ctx, o.Restored, o.High, f.item)
 	if err == nil && totals != nil {
 		r.setPhase(PhaseTotals)
 		err = f.totals(ctx, totals, ts, o.High)
@@ -141,7 +154,7 @@ func Full(ctx context.Context, rows sink.Rows, totals sink.Totals, st State, ts 
 	r.setPhase(PhaseDone)
 	rep := r.finish(o.High - o.Restored + 1)
 	r.m.observe("flush", rep, err)
-	attrs := []any{"restored", o.Restored, "high", o.High, "gen", o.Gen, "report", rep}
+	attrs := []any{"restored", o.Restored, "high", o.High, "gen", o.Gen, "fence", o.Fence, "report", rep}
 	if err != nil {
 		o.Logger.Error("flush failed; run it again before any new output", append(attrs, "err", err)...)
 		return rep, err
@@ -153,9 +166,10 @@ func Full(ctx context.Context, rows sink.Rows, totals sink.Totals, st State, ts 
 // fullRun is the state of one Full call.
 type fullRun struct {
 	*runner
-	c   int64
-	gen int64
-	st  State
+	c     int64
+	gen   int64
+	fence int64
+	st    State
 }
 
 // item applies the flush to writer w's attributes on it, an item the tag
@@ -170,12 +184,16 @@ func (f *fullRun) item(ctx context.Context, it sink.Item, w sink.Writer) error {
 			return nil
 		}
 		act := Decide(it, w, f.c, f.st)
+		if act.Kind == Keep {
+			return nil
+		}
+		if f.superseded(it) {
+			return nil
+		}
 		var applied bool
 		switch act.Kind {
-		case Keep:
-			return nil
 		case RewriteLate, RewriteFast:
-			if upToDate(it, act, f.gen, scope) {
+			if upToDate(it, act, f.gen, f.fence, scope) {
 				return nil
 			}
 			if err := f.lim.take(ctx, 1); err != nil {
@@ -183,7 +201,7 @@ func (f *fullRun) item(ctx context.Context, it sink.Item, w sink.Writer) error {
 			}
 			put := []sink.Put{{
 				Key: it.Key, Writer: act.Writer, Valid: act.Valid, SpendMicros: act.SpendMicros,
-				Epoch: act.Epoch, Gen: f.gen,
+				Epoch: act.Epoch, Gen: f.gen, Fence: f.fence,
 			}}
 			var refused int
 			err := f.retry.do(ctx, "put", func() error {
@@ -195,7 +213,7 @@ func (f *fullRun) item(ctx context.Context, it sink.Item, w sink.Writer) error {
 				return fmt.Errorf("flush: rewrite %s total of %s/%s: %w", act.Writer, it.Entity, it.Bucket, err)
 			}
 			switch {
-			case refused > 0: // a newer job_gen owns the item
+			case refused > 0: // a newer job_gen, or a newer owner, wrote the item
 				f.rep.Refused++
 			case act.Kind == RewriteFast:
 				f.rep.FastRewritten++
@@ -318,6 +336,7 @@ func compareTotalKeys(a, b sink.TotalKey) int {
 // retries of transient errors and the counts. Not safe for concurrent use.
 type runner struct {
 	rows  sink.Rows
+	tok   *sink.Token // the run's token; nil: unfenced
 	clock Clock
 	lim   *bucket
 	retry *retrier
@@ -338,6 +357,31 @@ func newRunner(rows sink.Rows, l *limits, kind string, m *metrics) *runner {
 	}
 	r.retry = l.retrier(kind, m, &r.rep.Retries)
 	return r
+}
+
+// fencedRows returns rows's view under t (sink.Fenced). A store that takes
+// no token is used as it is when t's fence is 0: it holds no fence above 0
+// (unless a newer owner wrote through another view of it, which a flush
+// without a lease cannot tell).
+func fencedRows(rows sink.Rows, t sink.Token) (sink.Rows, error) {
+	fr, err := sink.Fenced(rows, t)
+	switch {
+	case err == nil:
+		return fr, nil
+	case errors.Is(err, sink.ErrNoFence) && t.Fence == 0:
+		return rows, nil
+	}
+	return nil, fmt.Errorf("flush: %w", err)
+}
+
+// superseded reports whether a newer owner of the run's generation wrote
+// it (wf above the run's fence), and counts it: the run leaves it alone.
+func (r *runner) superseded(it sink.Item) bool {
+	if r.tok == nil || !it.HasJobGen || it.JobGen != r.tok.Gen || it.Fence <= r.tok.Fence {
+		return false
+	}
+	r.rep.Superseded++
+	return true
 }
 
 // eachIndexed calls fn for every item of each writer's tag index, for every

@@ -482,3 +482,36 @@ func matches(m *dto.Metric, labels map[string]string) bool {
 	}
 	return n == len(labels)
 }
+
+// plainRows hides the fenced removals of the store it wraps.
+type plainRows struct{ sink.Rows }
+
+// A fence above 0 needs a store that takes tokens; fence 0 runs on any
+// store, as before fences.
+func TestFullFenceNeedsFencedRows(t *testing.T) {
+	ctx := context.Background()
+	rows, totals, st := story(t)
+	o := unlimited()
+	o.Fence = 2
+	if _, err := Full(ctx, plainRows{rows}, totals, st, st, o); !errors.Is(err, sink.ErrNoFence) {
+		t.Fatalf("Full with fence 2 on a store without tokens: err = %v, want sink.ErrNoFence", err)
+	}
+	if _, err := Sweep(ctx, plainRows{rows}, totals, SweepOptions{Gen: 6, Since: 41, High: 43, FenceGen: 7, Fence: 2, WritesPerSec: math.Inf(1), Clock: newFakeClock()}); !errors.Is(err, sink.ErrNoFence) {
+		t.Fatalf("Sweep with fence 2 on a store without tokens: err = %v, want sink.ErrNoFence", err)
+	}
+	want, _, _ := story(t)
+	if _, err := Full(ctx, want, totals, st, st, unlimited()); err != nil {
+		t.Fatal(err)
+	}
+	rows, totals, st = story(t)
+	if _, err := Full(ctx, plainRows{rows}, totals, st, st, unlimited()); err != nil {
+		t.Fatalf("Full with fence 0 on a store without tokens: %v", err)
+	}
+	if got, want := dumpRows(t, rows), dumpRows(t, want); got != want {
+		t.Errorf("rows:\ngot:\n%swant:\n%s", got, want)
+	}
+	o.Fence = -1
+	if _, err := Full(ctx, rows, totals, st, st, o); err == nil {
+		t.Errorf("Full with fence -1: nil error")
+	}
+}

@@ -134,6 +134,16 @@ func (c *counting) Delete(ctx context.Context, k sink.Key, w sink.Writer, ckpt i
 	return c.Rows.Delete(ctx, k, w, ckpt)
 }
 
+func (c *counting) RemoveFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (bool, error) {
+	c.writes++
+	return c.Rows.(sink.FencedRows).RemoveFenced(ctx, k, w, ckpt, t)
+}
+
+func (c *counting) DeleteFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (bool, bool, error) {
+	c.writes++
+	return c.Rows.(sink.FencedRows).DeleteFenced(ctx, k, w, ckpt, t)
+}
+
 func (c *counting) Get(ctx context.Context, k sink.Key) (sink.Item, bool, error) {
 	c.gets++
 	return c.Rows.Get(ctx, k)
@@ -183,6 +193,20 @@ func (c crashingRows) Delete(ctx context.Context, k sink.Key, w sink.Writer, ckp
 		return false, false, err
 	}
 	return c.Rows.Delete(ctx, k, w, ckpt)
+}
+
+func (c crashingRows) RemoveFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (bool, error) {
+	if err := c.b.spend(); err != nil {
+		return false, err
+	}
+	return c.Rows.(sink.FencedRows).RemoveFenced(ctx, k, w, ckpt, t)
+}
+
+func (c crashingRows) DeleteFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (bool, bool, error) {
+	if err := c.b.spend(); err != nil {
+		return false, false, err
+	}
+	return c.Rows.(sink.FencedRows).DeleteFenced(ctx, k, w, ckpt, t)
 }
 
 // crashingTotals fails every write once the budget is spent.
@@ -243,6 +267,9 @@ func dumpRows(t testing.TB, rows sink.Rows) string {
 		fmt.Fprintf(&sb, "%s/%s", it.Entity, shortBucket(it.Bucket))
 		if it.HasJobGen {
 			fmt.Fprintf(&sb, " job_gen=%d", it.JobGen)
+		}
+		if it.Fence != 0 {
+			fmt.Fprintf(&sb, " wf=%d", it.Fence)
 		}
 		for _, w := range writers {
 			if a := it.Attrs(w); a.Present {
@@ -323,4 +350,12 @@ func (x *indexed) QueryIndex(ctx context.Context, w sink.Writer, ix string, fn f
 		}
 	}
 	return nil
+}
+
+func (x *indexed) RemoveFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (bool, error) {
+	return x.Rows.(sink.FencedRows).RemoveFenced(ctx, k, w, ckpt, t)
+}
+
+func (x *indexed) DeleteFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (bool, bool, error) {
+	return x.Rows.(sink.FencedRows).DeleteFenced(ctx, k, w, ckpt, t)
 }

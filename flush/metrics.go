@@ -20,7 +20,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m := &metrics{
 		items: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "adclick", Subsystem: "flush", Name: "items_total",
-			Help: "Items the flush, sweep or rebuild handled, by outcome (scanned, deleted, removed, rewritten, refused).",
+			Help: "Items the flush, sweep or rebuild handled, by outcome (scanned, deleted, removed, rewritten, refused, superseded).",
 		}, []string{"kind", "outcome"}),
 		totals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "adclick", Subsystem: "flush", Name: "totals_total",
@@ -72,6 +72,7 @@ func (m *metrics) observe(kind string, rep Report, err error) {
 	m.items.WithLabelValues(kind, "removed").Add(float64(rep.AttrsRemoved))
 	m.items.WithLabelValues(kind, "rewritten").Add(float64(rep.LateRewritten + rep.FastRewritten))
 	m.items.WithLabelValues(kind, "refused").Add(float64(rep.Refused))
+	m.items.WithLabelValues(kind, "superseded").Add(float64(rep.Superseded))
 	m.totals.WithLabelValues("rewritten").Add(float64(rep.TotalsRewritten))
 	m.totals.WithLabelValues("deleted").Add(float64(rep.TotalsDeleted))
 	result := "ok"

@@ -32,6 +32,15 @@ type Options struct {
 	High int64
 	// Gen is this job's job_gen, written with every rewrite. Required, ≥ 0.
 	Gen int64
+	// Fence is the lease fence of the range the job flushes (the counter
+	// its take wrote), ≥ 0; 0 without a range lease. Every rewrite, Remove
+	// and Delete of the run carries the token (Gen, Fence) (sink.Token):
+	// an item a newer owner of the range wrote (job_gen = Gen, wf above
+	// Fence) is left alone and counted in Report.Superseded, and the items
+	// the run changes get wf = Fence, so that the old owner's late writes
+	// to them are refused. Above 0 it needs a row store that takes tokens
+	// (sink.FencedRows).
+	Fence int64
 	// WritesPerSec limits the flush's own writes (item writes, totals
 	// written, totals deleted), so live output keeps its capacity. Default
 	// DefaultWritesPerSec; math.Inf(1) turns the limit off.
@@ -86,6 +95,14 @@ type SweepOptions struct {
 	// High is the highest epoch the old version may have written
 	// (inclusive). Required, ≥ Since.
 	High int64
+	// FenceGen and Fence are the sweeping job's own token (sink.Token):
+	// its job_gen, above Gen, and the lease fence of the range it sweeps.
+	// With FenceGen set, every Remove and Delete of the run is fenced by
+	// the token, as in Options.Fence: an item a newer owner of that
+	// generation wrote is left alone (Report.Superseded). FenceGen 0 (the
+	// default) runs unfenced, as before fences; Fence is then 0 too.
+	FenceGen int64
+	Fence    int64
 	// WritesPerSec, Burst, Clock, Registerer, Logger, RetryBackoff,
 	// MaxRetryBackoff and RetryLogEvery are as in Options.
 	WritesPerSec    float64
@@ -179,6 +196,9 @@ func (o *Options) Validate() error {
 	if o.Gen < 0 {
 		errs = append(errs, fmt.Errorf("flush: generation %d must not be negative", o.Gen))
 	}
+	if o.Fence < 0 {
+		errs = append(errs, fmt.Errorf("flush: fence %d must not be negative", o.Fence))
+	}
 	l := o.limits()
 	errs = append(errs, l.validate()...)
 	return errors.Join(errs...)
@@ -208,6 +228,14 @@ func (o *SweepOptions) Validate() error {
 	}
 	if o.High < o.Since {
 		errs = append(errs, fmt.Errorf("flush: sweep high epoch %d is below the savepoint %d", o.High, o.Since))
+	}
+	switch {
+	case o.Fence < 0:
+		errs = append(errs, fmt.Errorf("flush: sweep fence %d must not be negative", o.Fence))
+	case o.FenceGen == 0 && o.Fence != 0:
+		errs = append(errs, fmt.Errorf("flush: sweep fence %d without the sweeping job's generation (FenceGen)", o.Fence))
+	case o.FenceGen != 0 && o.FenceGen <= o.Gen:
+		errs = append(errs, fmt.Errorf("flush: sweep fence generation %d is not above the swept generation %d", o.FenceGen, o.Gen))
 	}
 	l := o.limits()
 	errs = append(errs, l.validate()...)

@@ -39,6 +39,9 @@ func SweepDecide(it sink.Item, w sink.Writer, gen, since int64) Action {
 // writer it queries the tag index and applies SweepDecide; a minute item
 // left with nothing else is deleted. Deletes and removes are conditioned on
 // the <w>_ckpt seen; an item found changed is read again and decided again.
+// With o.FenceGen set they also carry the sweeping job's token (o.FenceGen,
+// o.Fence), and an item a newer owner of that generation wrote is left
+// alone (Report.Superseded).
 //
 // Running totals are left alone: they carry no generation, and the live
 // new version rewrites every open window's total with its own values at
@@ -61,13 +64,22 @@ func Sweep(ctx context.Context, rows sink.Rows, totals sink.Totals, o SweepOptio
 	if rows == nil {
 		return Report{}, errors.New("flush: no row store")
 	}
+	var tok *sink.Token
+	if o.FenceGen != 0 {
+		tok = &sink.Token{Gen: o.FenceGen, Fence: o.Fence}
+		var err error
+		if rows, err = fencedRows(rows, *tok); err != nil {
+			return Report{}, err
+		}
+	}
 	l := o.limits()
 	r := newRunner(rows, &l, "sweep", newMetrics(o.Registerer))
+	r.tok = tok
 	s := &sweepRun{runner: r, gen: o.Gen, since: o.Since}
 	err := r.eachIndexed(ctx, o.Since, o.High, s.item)
 	rep := r.finish(o.High - o.Since + 1)
 	r.m.observe("sweep", rep, err)
-	attrs := []any{"gen", o.Gen, "since", o.Since, "high", o.High, "report", rep}
+	attrs := []any{"gen", o.Gen, "since", o.Since, "high", o.High, "fence_gen", o.FenceGen, "fence", o.Fence, "report", rep}
 	if err != nil {
 		o.Logger.Error("sweep failed; run it again", append(attrs, "err", err)...)
 		return rep, err
@@ -85,7 +97,7 @@ type sweepRun struct {
 func (s *sweepRun) item(ctx context.Context, it sink.Item, w sink.Writer) error {
 	for attempt := 1; ; attempt++ {
 		act := SweepDecide(it, w, s.gen, s.since)
-		if act.Kind == Keep {
+		if act.Kind == Keep || s.superseded(it) {
 			return nil
 		}
 		applied, err := s.undo(ctx, it.Key, w, act)

@@ -18,6 +18,9 @@ func (it *Item) AppendJSON(dst []byte) []byte {
 	if it.HasJobGen {
 		dst = appendInt(dst, "job_gen", it.JobGen)
 	}
+	if it.Fence != 0 {
+		dst = appendInt(dst, "wf", it.Fence)
+	}
 	for _, w := range []Writer{Fast, Late} {
 		t := it.Attrs(w)
 		if !t.Present {

@@ -11,7 +11,9 @@
 //	        late_ckpt, late_ix, late_gen)
 //	final — the recount (final_valid, final_spend_micros, final_gen, final_at)
 //
-// job_gen is set on every write and fences older job versions.
+// job_gen is set on every write and fences older job versions; wf, the
+// lease fence of the last tagged write, fences an older owner of the same
+// version (see Token).
 package sink
 
 import (
@@ -19,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -89,9 +92,12 @@ type Item struct {
 	Key
 	JobGen    int64 // job_gen; meaningful only when HasJobGen
 	HasJobGen bool
-	Fast      Tagged
-	Late      Tagged
-	Final     FinalAttrs
+	// Fence is wf, the fence of the last tagged write (Put.Fence); 0 when
+	// the item has none, which the stores treat as fence 0.
+	Fence int64
+	Fast  Tagged
+	Late  Tagged
+	Final FinalAttrs
 }
 
 // Attrs returns the tagged attributes of w on the item. w must be one of
@@ -110,13 +116,20 @@ func (it *Item) Attrs(w Writer) *Tagged {
 // Put is one tagged write of a writer's attributes: an absolute SET, never
 // an ADD (seed 001 Part 8, TAGGED WRITE).
 //
-// The store applies it with the condition
+// The store applies it with the condition on the token (Gen, Fence)
+// (see Token)
 //
-//	(attribute_not_exists(job_gen) OR job_gen <= Gen)
+//	(attribute_not_exists(job_gen) OR job_gen < Gen OR
+//	 (job_gen = Gen AND (attribute_not_exists(wf) OR wf <= Fence)))
 //
 // and, when ClosedRow is true, also the CLOSED-WINDOW WRITE condition
 //
 //	(attribute_not_exists(<w>_ckpt) OR <w>_ckpt >= RestoredCkpt)
+//
+// It sets job_gen = Gen and wf = Fence; a Fence of 0 removes wf instead,
+// so writes without a lease leave items as they were before fences, and
+// an item without wf reads as fence 0. With Fence 0 everywhere the
+// condition is the one before fences, job_gen <= Gen.
 //
 // A write refused by its condition is reported as refused, never retried.
 type Put struct {
@@ -126,10 +139,112 @@ type Put struct {
 	SpendMicros int64
 	Epoch       int64 // the id of the last barrier the writing subtask passed
 	Gen         int64 // job_gen of the writing job
-	ClosedRow   bool
+	// Fence is the lease fence of the writer's range (the lease counter
+	// its take wrote), ≥ 0; 0 without a range lease (embedded mode, a
+	// single job). Stores refuse a negative one with an error.
+	Fence     int64
+	ClosedRow bool
 	// RestoredCkpt is the checkpoint the job restored from (or, before any
 	// restore, the id it started from); used only when ClosedRow is set.
 	RestoredCkpt int64
+}
+
+// Token is what fences a writer's writes to an item: its job generation
+// and the lease fence of its range, compared lexicographically. A newer
+// version (higher Gen) wins whatever the fences; within one version the
+// newer owner of the range (higher Fence: every take raises it) wins. So
+// the first write of a new owner to an item refuses every later write of
+// an old owner to it, even one sent after its lease check passed
+// (docs/scale-out.md §6.5).
+//
+// Fences of different generations are never compared: each version has
+// its own lease items, so its own counters.
+type Token struct {
+	Gen   int64
+	Fence int64
+}
+
+// FencedRows is a Rows whose flush writes can carry a token. Put carries
+// its own (Put.Gen, Put.Fence); RemoveFenced and DeleteFenced are Remove
+// and Delete with the further condition that the item was not written
+// under a higher fence of t's generation:
+//
+//	(attribute_not_exists(wf) OR wf <= t.Fence OR job_gen <> t.Gen)
+//
+// and, when they leave the item in place and job_gen = t.Gen, they raise
+// its wf to t.Fence (a removal is a write of the new owner too). An item
+// last written by another generation is removed on <w>_ckpt alone, as
+// Remove does. The plain Remove and Delete check no fence, as before
+// fences. Implementations: sink/embedded, sink/dynamo, sinktest.MemRows,
+// and the views of Fenced and of sink/fence.
+type FencedRows interface {
+	Rows
+	// RemoveFenced is Remove under t.
+	RemoveFenced(ctx context.Context, k Key, w Writer, ckpt int64, t Token) (ok bool, err error)
+	// DeleteFenced is Delete under t: its fallback removal is
+	// RemoveFenced under t.
+	DeleteFenced(ctx context.Context, k Key, w Writer, ckpt int64, t Token) (deleted, ok bool, err error)
+}
+
+// ErrNoFence reports a row store that cannot fence its removals (it does
+// not implement FencedRows).
+var ErrNoFence = errors.New("sink: the row store takes no fence token")
+
+// Fenced returns a view of rows under t: its Put sets Fence = t.Fence on
+// every write whose Fence is 0, and its Remove and Delete are rows's
+// RemoveFenced and DeleteFenced under t. Everything else is rows's. A
+// view of a view replaces the token. It fails with ErrNoFence if rows
+// does not implement FencedRows, and for a negative fence.
+//
+// A range pipeline writes through Fenced(store, Token{job_gen, fence of
+// its take}), so neither its window output nor its flush need to know
+// the fence.
+func Fenced(rows Rows, t Token) (FencedRows, error) {
+	if err := ValidFence(t.Fence); err != nil {
+		return nil, err
+	}
+	if v, ok := rows.(fencedView); ok {
+		rows = v.FencedRows
+	}
+	fr, ok := rows.(FencedRows)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T", ErrNoFence, rows)
+	}
+	return fencedView{fr, t}, nil
+}
+
+// fencedView is the view Fenced returns.
+type fencedView struct {
+	FencedRows
+	t Token
+}
+
+func (v fencedView) Put(ctx context.Context, puts []Put) (int, error) {
+	if v.t.Fence != 0 && slices.ContainsFunc(puts, func(p Put) bool { return p.Fence == 0 }) {
+		puts = slices.Clone(puts)
+		for i := range puts {
+			if puts[i].Fence == 0 {
+				puts[i].Fence = v.t.Fence
+			}
+		}
+	}
+	return v.FencedRows.Put(ctx, puts)
+}
+
+func (v fencedView) Remove(ctx context.Context, k Key, w Writer, ckpt int64) (bool, error) {
+	return v.FencedRows.RemoveFenced(ctx, k, w, ckpt, v.t)
+}
+
+func (v fencedView) Delete(ctx context.Context, k Key, w Writer, ckpt int64) (deleted, ok bool, err error) {
+	return v.FencedRows.DeleteFenced(ctx, k, w, ckpt, v.t)
+}
+
+// ValidFence returns an error if fence is negative.
+func ValidFence(fence int64) error {
+	if fence < 0 {
+		return fmt.Errorf("sink: fence %d must not be negative", fence)
+	}
+	return nil
 }
 
 // FinalPut writes the recount's attributes on an hour item. It is applied
@@ -419,7 +534,7 @@ func (t Total) Key() TotalKey { return TotalKey{Ad: t.Ad, StartMs: t.StartMs, Ho
 // UpdateItem/DeleteItem conditions are.
 type Rows interface {
 	// Put applies tagged writes (SET of one writer's attributes, its tag,
-	// its index key, its generation and job_gen). The index key is
+	// its index key, its generation, job_gen and wf). The index key is
 	// IndexKeyIn(scope, epoch, key), scope that of the store view ("" for
 	// the store itself). A write refused by its
 	// condition is counted in refused and not retried; err reports only
@@ -437,12 +552,14 @@ type Rows interface {
 	// Remove removes w's attributes (<w>_valid, <w>_spend_micros,
 	// <w>_ckpt, <w>_ix, <w>_gen) from k, on condition that <w>_ckpt still
 	// equals ckpt; ok is false if the condition failed or there is no item.
+	// It checks no fence (see FencedRows).
 	Remove(ctx context.Context, k Key, w Writer, ckpt int64) (ok bool, err error)
 	// Delete deletes the item k on condition that <w>_ckpt equals ckpt and
 	// the item carries no other writer's attributes. If another writer's
 	// attributes are present it removes only w's attributes, as Remove does.
 	// deleted reports whether the whole item went; ok whether anything was
 	// changed.
+	// It checks no fence (see FencedRows).
 	Delete(ctx context.Context, k Key, w Writer, ckpt int64) (deleted, ok bool, err error)
 	// QueryBucket calls fn for the items of bucket whose entity sorts after
 	// after ("" = from the first), in entity order (byte order of the

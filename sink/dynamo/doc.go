@@ -47,6 +47,15 @@
 // reports true; it has a Transient() bool method), so that a caller that can
 // wait, such as the flush, retries it without importing this package.
 //
+// The condition carries the writer's token (sink.Token): job_gen and wf,
+// the lease fence of the last tagged write, compared lexicographically. A
+// write with fence 0 REMOVEs wf, so a store written without range leases
+// holds the same items as before fences. RemoveFenced and DeleteFenced
+// (sink.FencedRows) add the fence to the flush's removals; with a fence
+// above 0, RemoveFenced sends a second UpdateItem only when the first,
+// which also raises wf and needs job_gen to be the token's, is refused (an
+// item of another generation, whose fence is not comparable).
+//
 // Why projection ALL: the flush reads every index entry's attributes (the
 // ckpt to compare, the values to keep), so KEYS_ONLY would cost one GetItem
 // per entry, doubling the flush's round trips and read units. ALL costs index

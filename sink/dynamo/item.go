@@ -16,6 +16,7 @@ const (
 	attrEntity = "entity"
 	attrBucket = "bucket"
 	attrJobGen = "job_gen"
+	attrFence  = "wf" // the fence of the last tagged write (sink.Item.Fence)
 
 	attrFinalValid = "final_valid"
 	attrFinalSpend = "final_spend_micros"
@@ -111,6 +112,9 @@ func decodeItem(av map[string]types.AttributeValue) (sink.Item, error) {
 		return it, err
 	}
 	if it.JobGen, it.HasJobGen, err = getN(av, attrJobGen); err != nil {
+		return it, err
+	}
+	if it.Fence, _, err = getN(av, attrFence); err != nil {
 		return it, err
 	}
 	for _, w := range sink.TaggedWriters {

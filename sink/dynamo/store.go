@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"sync"
@@ -41,40 +42,64 @@ type Store struct {
 	scope string // the index scope (sink.ValidateScope); "" unscoped
 }
 
-var _ sink.Rows = (*Store)(nil)
+var _ sink.FencedRows = (*Store)(nil)
 
 // writerExprs are the expressions of one tagged writer, built once.
 type writerExprs struct {
-	names        map[string]string // for Put: #v #s #c #ix #g #jg #bs
-	update       string            // SET of all five attributes, job_gen and bucket_shard
-	namesTTL     map[string]string // names, and #ea
-	updateTTL    string            // update, and SET of expires_at
-	cond         string            // job_gen fence
-	condClosed   string            // job_gen fence AND closed-row condition
-	removeNames  map[string]string // #v #s #c #ix #g
-	removeUpdate string            // REMOVE of the five attributes
-	removeCond   string            // #c = :c
-	deleteNames  map[string]string // #c and every other writer's attributes
-	deleteCond   string            // #c = :c AND no other writer's attributes
+	names         map[string]string // for Put: #v #s #c #ix #g #jg #wf #bs
+	update        string            // SET of all five attributes, job_gen, bucket_shard and wf
+	updateNoWf    string            // the same SET, and REMOVE of wf: a write with fence 0
+	namesTTL      map[string]string // names, and #ea
+	updateTTL     string            // update, and SET of expires_at
+	updateTTLNoWf string            // updateNoWf, and SET of expires_at
+	cond          string            // the token's condition (job_gen, wf)
+	condClosed    string            // cond AND closed-row condition
+	removeNames   map[string]string // #v #s #c #ix #g
+	removeUpdate  string            // REMOVE of the five attributes
+	removeCond    string            // #c = :c
+	deleteNames   map[string]string // #c and every other writer's attributes
+	deleteCond    string            // #c = :c AND no other writer's attributes
+
+	// RemoveFenced and DeleteFenced (see Store.RemoveFenced).
+	fenceNames      map[string]string // removeNames, #jg and #wf
+	fenceRaise      string            // removeUpdate, and SET of wf
+	fenceRaiseCond  string            // #c = :c, job_gen = :g and wf <= :f
+	fenceOtherNames map[string]string // removeNames and #jg
+	fenceOtherCond  string            // #c = :c and job_gen <> :g
+	fenceZeroCond   string            // #c = :c and (wf <= :f or job_gen <> :g), for fence 0
+	fenceDelNames   map[string]string // deleteNames, #jg and #wf
+	fenceDelCond    string            // deleteCond and (wf <= :f or job_gen <> :g)
 }
+
+// The fence conditions (sink.Put, sink.FencedRows).
+const (
+	// condToken is the token's condition of a Put: (job_gen, wf) <=
+	// (:g, :f), an item without wf counting as fence 0.
+	condToken = "(attribute_not_exists(#jg) OR #jg < :g OR (#jg = :g AND (attribute_not_exists(#wf) OR #wf <= :f)))"
+	// condFence is the fence condition of RemoveFenced and DeleteFenced.
+	condFence = "(attribute_not_exists(#wf) OR #wf <= :f OR #jg <> :g)"
+)
 
 func buildExprs(w sink.Writer) *writerExprs {
 	a := attrsOf(w)
+	set := "SET #v = :v, #s = :s, #c = :c, #ix = :ix, #g = :g, #jg = :g, #bs = :bs"
 	e := &writerExprs{
-		names:        map[string]string{"#v": a.valid, "#s": a.spend, "#c": a.ckpt, "#ix": a.ix, "#g": a.gen, "#jg": attrJobGen, "#bs": BucketShardAttribute},
-		update:       "SET #v = :v, #s = :s, #c = :c, #ix = :ix, #g = :g, #jg = :g, #bs = :bs",
-		cond:         "(attribute_not_exists(#jg) OR #jg <= :g)",
-		removeNames:  map[string]string{"#v": a.valid, "#s": a.spend, "#c": a.ckpt, "#ix": a.ix, "#g": a.gen},
-		removeUpdate: "REMOVE #v, #s, #c, #ix, #g",
-		removeCond:   "#c = :c",
-		deleteNames:  map[string]string{"#c": a.ckpt},
+		names:         map[string]string{"#v": a.valid, "#s": a.spend, "#c": a.ckpt, "#ix": a.ix, "#g": a.gen, "#jg": attrJobGen, "#wf": attrFence, "#bs": BucketShardAttribute},
+		update:        set + ", #wf = :f",
+		updateNoWf:    set + " REMOVE #wf",
+		updateTTL:     set + ", #ea = :ea, #wf = :f",
+		updateTTLNoWf: set + ", #ea = :ea REMOVE #wf",
+		cond:          condToken,
+		removeNames:   map[string]string{"#v": a.valid, "#s": a.spend, "#c": a.ckpt, "#ix": a.ix, "#g": a.gen},
+		removeUpdate:  "REMOVE #v, #s, #c, #ix, #g",
+		removeCond:    "#c = :c",
+		deleteNames:   map[string]string{"#c": a.ckpt},
 	}
 	e.condClosed = e.cond + " AND (attribute_not_exists(#c) OR #c >= :rc)"
 	e.namesTTL = map[string]string{"#ea": TTLAttribute}
 	for k, v := range e.names {
 		e.namesTTL[k] = v
 	}
-	e.updateTTL = e.update + ", #ea = :ea"
 	other := sink.Late
 	if w == sink.Late {
 		other = sink.Fast
@@ -87,6 +112,18 @@ func buildExprs(w sink.Writer) *writerExprs {
 		conds = append(conds, "attribute_not_exists("+ph+")")
 	}
 	e.deleteCond = strings.Join(conds, " AND ")
+
+	e.fenceNames = maps.Clone(e.removeNames)
+	e.fenceNames["#jg"], e.fenceNames["#wf"] = attrJobGen, attrFence
+	e.fenceOtherNames = maps.Clone(e.removeNames)
+	e.fenceOtherNames["#jg"] = attrJobGen
+	e.fenceDelNames = maps.Clone(e.deleteNames)
+	e.fenceDelNames["#jg"], e.fenceDelNames["#wf"] = attrJobGen, attrFence
+	e.fenceRaise = e.removeUpdate + " SET #wf = :f"
+	e.fenceRaiseCond = "#c = :c AND #jg = :g AND (attribute_not_exists(#wf) OR #wf <= :f)"
+	e.fenceOtherCond = "#c = :c AND (attribute_not_exists(#jg) OR #jg <> :g)"
+	e.fenceZeroCond = "#c = :c AND " + condFence
+	e.fenceDelCond = e.deleteCond + " AND " + condFence
 	return e
 }
 
@@ -174,6 +211,9 @@ func (s *Store) Put(ctx context.Context, puts []sink.Put) (int, error) {
 		if _, err := s.exprs("put", puts[i].Writer); err != nil {
 			return 0, err
 		}
+		if err := sink.ValidFence(puts[i].Fence); err != nil {
+			return 0, fmt.Errorf("dynamo: put: %w", err)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("dynamo: put: %w", err)
@@ -205,6 +245,7 @@ func (s *Store) putInput(p *sink.Put) *dynamodb.UpdateItemInput {
 		":c":  num(p.Epoch),
 		":ix": str(sink.IndexKeyIn(s.scope, p.Epoch, p.Key)),
 		":g":  num(p.Gen),
+		":f":  num(p.Fence),
 		":bs": str(BucketShardKey(p.Bucket, p.Entity)),
 	}
 	cond := e.cond
@@ -212,11 +253,19 @@ func (s *Store) putInput(p *sink.Put) *dynamodb.UpdateItemInput {
 		cond = e.condClosed
 		vals[":rc"] = num(p.RestoredCkpt)
 	}
+	// A write with fence 0 removes wf: the item is then as before fences,
+	// and an older version's wf does not outlive its job_gen.
 	update, names := e.update, e.names
+	if p.Fence == 0 {
+		update = e.updateNoWf
+	}
 	// An absolute SET of the row's expiry, the same value on every write
 	// of the row; Forever leaves an earlier expiry as it is.
 	if sec, ok := s.o.Retention.ExpiresAt(p.Bucket); ok {
 		update, names = e.updateTTL, e.namesTTL
+		if p.Fence == 0 {
+			update = e.updateTTLNoWf
+		}
 		vals[":ea"] = num(sec)
 	}
 	return &dynamodb.UpdateItemInput{
@@ -580,26 +629,83 @@ func (s *Store) Remove(ctx context.Context, k sink.Key, w sink.Writer, ckpt int6
 	if err != nil {
 		return false, err
 	}
-	err = s.do(ctx, "remove", func(ctx context.Context) error {
+	ok, err := s.update(ctx, "remove", k, e.removeUpdate, e.removeCond, e.removeNames,
+		map[string]types.AttributeValue{":c": num(ckpt)})
+	if err != nil {
+		return false, fmt.Errorf("dynamo: remove %s attributes: %w", w, err)
+	}
+	s.countRemove(ok)
+	return ok, nil
+}
+
+// RemoveFenced is Remove under t (sink.FencedRows). With a fence above 0
+// it sends one UpdateItem conditioned on <w>_ckpt = ckpt, job_gen = t.Gen
+// and wf <= t.Fence that also sets wf = t.Fence, and only if that is
+// refused a second one for an item of another generation, conditioned on
+// <w>_ckpt = ckpt and job_gen <> t.Gen, which leaves wf alone (fences of
+// two generations are not comparable). With fence 0 there is nothing to
+// raise: one UpdateItem conditioned on <w>_ckpt = ckpt and
+// (wf <= 0 OR job_gen <> t.Gen).
+func (s *Store) RemoveFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (bool, error) {
+	e, err := s.exprs("remove", w)
+	if err != nil {
+		return false, err
+	}
+	if err := sink.ValidFence(t.Fence); err != nil {
+		return false, fmt.Errorf("dynamo: remove %s attributes: %w", w, err)
+	}
+	ok, err := s.removeFenced(ctx, e, k, ckpt, t)
+	if err != nil {
+		return false, fmt.Errorf("dynamo: remove %s attributes: %w", w, err)
+	}
+	s.countRemove(ok)
+	return ok, nil
+}
+
+func (s *Store) removeFenced(ctx context.Context, e *writerExprs, k sink.Key, ckpt int64, t sink.Token) (bool, error) {
+	c, g, f := num(ckpt), num(t.Gen), num(t.Fence)
+	if t.Fence == 0 {
+		return s.update(ctx, "remove", k, e.removeUpdate, e.fenceZeroCond, e.fenceNames,
+			map[string]types.AttributeValue{":c": c, ":g": g, ":f": f})
+	}
+	ok, err := s.update(ctx, "remove", k, e.fenceRaise, e.fenceRaiseCond, e.fenceNames,
+		map[string]types.AttributeValue{":c": c, ":g": g, ":f": f})
+	if err != nil || ok {
+		return ok, err
+	}
+	return s.update(ctx, "remove", k, e.removeUpdate, e.fenceOtherCond, e.fenceOtherNames,
+		map[string]types.AttributeValue{":c": c, ":g": g})
+}
+
+// update sends one conditional UpdateItem of k; ok is false when its
+// condition refused it.
+func (s *Store) update(ctx context.Context, op string, k sink.Key, update, cond string, names map[string]string, vals map[string]types.AttributeValue) (bool, error) {
+	err := s.do(ctx, op, func(ctx context.Context) error {
 		_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(s.o.Table),
 			Key:                       keyOf(k),
-			UpdateExpression:          aws.String(e.removeUpdate),
-			ConditionExpression:       aws.String(e.removeCond),
-			ExpressionAttributeNames:  e.removeNames,
-			ExpressionAttributeValues: map[string]types.AttributeValue{":c": num(ckpt)},
+			UpdateExpression:          aws.String(update),
+			ConditionExpression:       aws.String(cond),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: vals,
 		})
 		return err
 	})
 	switch {
 	case err == nil:
-		s.m.writes.WithLabelValues("remove").Inc()
 		return true, nil
 	case errors.Is(err, errCondition):
-		s.m.refused.WithLabelValues("remove").Inc()
 		return false, nil
 	}
-	return false, fmt.Errorf("dynamo: remove %s attributes: %w", w, err)
+	return false, err
+}
+
+func (s *Store) countRemove(ok bool) {
+	if ok {
+		s.m.writes.WithLabelValues("remove").Inc()
+	} else {
+		s.m.refused.WithLabelValues("remove").Inc()
+	}
 }
 
 // Delete deletes k with one DeleteItem conditioned on <w>_ckpt = ckpt and on
@@ -610,17 +716,37 @@ func (s *Store) Remove(ctx context.Context, k sink.Key, w sink.Writer, ckpt int6
 // A retried DeleteItem whose first attempt was applied but whose answer was
 // lost reports deleted=false, ok=false: the item is gone all the same.
 func (s *Store) Delete(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64) (deleted, ok bool, err error) {
+	return s.delete(ctx, k, w, ckpt, nil)
+}
+
+// DeleteFenced is Delete under t (sink.FencedRows): the DeleteItem is also
+// conditioned on (wf <= t.Fence OR job_gen <> t.Gen), and the fallback is
+// RemoveFenced under t.
+func (s *Store) DeleteFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (deleted, ok bool, err error) {
+	if err := sink.ValidFence(t.Fence); err != nil {
+		return false, false, fmt.Errorf("dynamo: delete item: %w", err)
+	}
+	return s.delete(ctx, k, w, ckpt, &t)
+}
+
+func (s *Store) delete(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t *sink.Token) (deleted, ok bool, err error) {
 	e, err := s.exprs("delete", w)
 	if err != nil {
 		return false, false, err
+	}
+	cond, names := e.deleteCond, e.deleteNames
+	vals := map[string]types.AttributeValue{":c": num(ckpt)}
+	if t != nil {
+		cond, names = e.fenceDelCond, e.fenceDelNames
+		vals[":g"], vals[":f"] = num(t.Gen), num(t.Fence)
 	}
 	err = s.do(ctx, "delete", func(ctx context.Context) error {
 		_, err := s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 			TableName:                 aws.String(s.o.Table),
 			Key:                       keyOf(k),
-			ConditionExpression:       aws.String(e.deleteCond),
-			ExpressionAttributeNames:  e.deleteNames,
-			ExpressionAttributeValues: map[string]types.AttributeValue{":c": num(ckpt)},
+			ConditionExpression:       aws.String(cond),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: vals,
 		})
 		return err
 	})
@@ -631,7 +757,11 @@ func (s *Store) Delete(ctx context.Context, k sink.Key, w sink.Writer, ckpt int6
 	case !errors.Is(err, errCondition):
 		return false, false, fmt.Errorf("dynamo: delete item: %w", err)
 	}
-	ok, err = s.Remove(ctx, k, w, ckpt)
+	if t != nil {
+		ok, err = s.RemoveFenced(ctx, k, w, ckpt, *t)
+	} else {
+		ok, err = s.Remove(ctx, k, w, ckpt)
+	}
 	if err != nil {
 		return false, false, fmt.Errorf("dynamo: delete item: %w", err)
 	}

@@ -169,19 +169,20 @@ func TestPutInput(t *testing.T) {
 	}; !reflect.DeepEqual(got, want) {
 		t.Errorf("key %v, want %v", got, want)
 	}
-	if got, want := aws.ToString(in.UpdateExpression), "SET #v = :v, #s = :s, #c = :c, #ix = :ix, #g = :g, #jg = :g, #bs = :bs, #ea = :ea"; got != want {
+	// Fence 0: wf is removed, so the item is as before fences.
+	if got, want := aws.ToString(in.UpdateExpression), "SET #v = :v, #s = :s, #c = :c, #ix = :ix, #g = :g, #jg = :g, #bs = :bs, #ea = :ea REMOVE #wf"; got != want {
 		t.Errorf("update expression %q, want %q", got, want)
 	}
-	if got, want := aws.ToString(in.ConditionExpression), "(attribute_not_exists(#jg) OR #jg <= :g) AND (attribute_not_exists(#c) OR #c >= :rc)"; got != want {
+	if got, want := aws.ToString(in.ConditionExpression), "(attribute_not_exists(#jg) OR #jg < :g OR (#jg = :g AND (attribute_not_exists(#wf) OR #wf <= :f))) AND (attribute_not_exists(#c) OR #c >= :rc)"; got != want {
 		t.Errorf("condition %q, want %q", got, want)
 	}
-	wantNames := map[string]string{"#v": "fast_valid", "#s": "fast_spend_micros", "#c": "fast_ckpt", "#ix": "fast_ix", "#g": "fast_gen", "#jg": "job_gen", "#bs": "bucket_shard", "#ea": "expires_at"}
+	wantNames := map[string]string{"#v": "fast_valid", "#s": "fast_spend_micros", "#c": "fast_ckpt", "#ix": "fast_ix", "#g": "fast_gen", "#jg": "job_gen", "#wf": "wf", "#bs": "bucket_shard", "#ea": "expires_at"}
 	if !reflect.DeepEqual(in.ExpressionAttributeNames, wantNames) {
 		t.Errorf("names %v, want %v", in.ExpressionAttributeNames, wantNames)
 	}
 	n := func(s string) types.AttributeValue { return &types.AttributeValueMemberN{Value: s} }
 	wantVals := map[string]types.AttributeValue{
-		":v": n("5"), ":s": n("70"), ":c": n("41"), ":g": n("7"), ":rc": n("40"),
+		":v": n("5"), ":s": n("70"), ":c": n("41"), ":g": n("7"), ":f": n("0"), ":rc": n("40"),
 		":ix": &types.AttributeValueMemberS{Value: fmt.Sprintf("41#%d", sink.IndexShard(k1))},
 		":bs": &types.AttributeValueMemberS{Value: fmt.Sprintf("%s#%d", k1.Bucket, BucketShard(k1.Entity))},
 		// 2026-11-29T10:15:00Z, the end of the minute, + 35 days.
@@ -191,14 +192,26 @@ func TestPutInput(t *testing.T) {
 		t.Errorf("values %v, want %v", in.ExpressionAttributeValues, wantVals)
 	}
 
-	// An open-row late write: no closed-row condition, no :rc.
+	// An open-row late write with a fence: no closed-row condition, no
+	// :rc; wf set.
 	f.updates = nil
-	if _, err := s.Put(context.Background(), []sink.Put{{Key: k2, Writer: sink.Late, Valid: 1, Epoch: 3, Gen: 2, RestoredCkpt: 99}}); err != nil {
+	if _, err := s.Put(context.Background(), []sink.Put{{Key: k2, Writer: sink.Late, Valid: 1, Epoch: 3, Gen: 2, Fence: 5, RestoredCkpt: 99}}); err != nil {
 		t.Fatalf("Put: %v", err)
 	}
 	in = f.updates[0]
-	if got, want := aws.ToString(in.ConditionExpression), "(attribute_not_exists(#jg) OR #jg <= :g)"; got != want {
+	if got, want := aws.ToString(in.ConditionExpression), "(attribute_not_exists(#jg) OR #jg < :g OR (#jg = :g AND (attribute_not_exists(#wf) OR #wf <= :f)))"; got != want {
 		t.Errorf("open-row condition %q, want %q", got, want)
+	}
+	if got, want := aws.ToString(in.UpdateExpression), "SET #v = :v, #s = :s, #c = :c, #ix = :ix, #g = :g, #jg = :g, #bs = :bs, #ea = :ea, #wf = :f"; got != want {
+		t.Errorf("fenced update expression %q, want %q", got, want)
+	}
+	if got := testenv.AttrN(in.ExpressionAttributeValues, ":f"); got != 5 {
+		t.Errorf(":f = %d, want 5", got)
+	}
+	// A negative fence is an error, and nothing is sent.
+	f.updates = nil
+	if _, err := s.Put(context.Background(), []sink.Put{{Key: k2, Writer: sink.Late, Valid: 1, Epoch: 3, Gen: 2, Fence: -1}}); err == nil || len(f.updates) != 0 {
+		t.Errorf("Put with fence -1 = %v after %d requests; want an error and none", err, len(f.updates))
 	}
 	if _, ok := in.ExpressionAttributeValues[":rc"]; ok {
 		t.Errorf("open-row write sends :rc, which DynamoDB refuses as unused")
@@ -564,6 +577,193 @@ func TestDeleteFallsBackToRemove(t *testing.T) {
 	}
 }
 
+// placeholders returns the "#name" and ":value" placeholders in expr.
+func placeholders(expr string) map[string]bool {
+	out := map[string]bool{}
+	for i := 0; i < len(expr); i++ {
+		if expr[i] != '#' && expr[i] != ':' {
+			continue
+		}
+		j := i + 1
+		for j < len(expr) && (expr[j] == '_' || 'a' <= expr[j] && expr[j] <= 'z' || '0' <= expr[j] && expr[j] <= '9') {
+			j++
+		}
+		if j > i+1 {
+			out[expr[i:j]] = true
+		}
+		i = j - 1
+	}
+	return out
+}
+
+// wantExact fails unless the names and values given are exactly the
+// placeholders the expressions use: DynamoDB refuses an unused one.
+func wantExact(t *testing.T, what string, names map[string]string, vals map[string]types.AttributeValue, exprs ...string) {
+	t.Helper()
+	used := map[string]bool{}
+	for _, e := range exprs {
+		for p := range placeholders(e) {
+			used[p] = true
+		}
+	}
+	given := map[string]bool{}
+	for p := range names {
+		given[p] = true
+	}
+	for p := range vals {
+		given[p] = true
+	}
+	if !reflect.DeepEqual(used, given) {
+		t.Errorf("%s: expressions %q use %v, the request gives %v", what, exprs, used, given)
+	}
+}
+
+// TestFencedRequests pins down the requests of RemoveFenced and
+// DeleteFenced, and that every request gives exactly the placeholders its
+// expressions use.
+func TestFencedRequests(t *testing.T) {
+	ccf := sdkErr("UpdateItem", 400, &types.ConditionalCheckFailedException{})
+	t.Run("remove, fence above 0, same generation", func(t *testing.T) {
+		f := &fakeAPI{update: func(context.Context, *dynamodb.UpdateItemInput) error { return nil }}
+		s := newStore(t, f, Options{})
+		ok, err := s.RemoveFenced(context.Background(), k2, sink.Late, 41, sink.Token{Gen: 7, Fence: 3})
+		if err != nil || !ok || len(f.updates) != 1 {
+			t.Fatalf("RemoveFenced = %v, %v after %d requests; want true, nil after 1", ok, err, len(f.updates))
+		}
+		u := f.updates[0]
+		if got, want := aws.ToString(u.UpdateExpression), "REMOVE #v, #s, #c, #ix, #g SET #wf = :f"; got != want {
+			t.Errorf("update %q, want %q", got, want)
+		}
+		if got, want := aws.ToString(u.ConditionExpression), "#c = :c AND #jg = :g AND (attribute_not_exists(#wf) OR #wf <= :f)"; got != want {
+			t.Errorf("condition %q, want %q", got, want)
+		}
+		if testenv.AttrN(u.ExpressionAttributeValues, ":g") != 7 || testenv.AttrN(u.ExpressionAttributeValues, ":f") != 3 {
+			t.Errorf("values %v, want :g 7 and :f 3", u.ExpressionAttributeValues)
+		}
+	})
+	t.Run("remove, fence above 0, refused then another generation", func(t *testing.T) {
+		for _, second := range []error{nil, ccf} {
+			f := &fakeAPI{update: func(_ context.Context, in *dynamodb.UpdateItemInput) error {
+				if strings.Contains(aws.ToString(in.UpdateExpression), "SET") {
+					return ccf
+				}
+				return second
+			}}
+			s := newStore(t, f, Options{})
+			ok, err := s.RemoveFenced(context.Background(), k2, sink.Late, 41, sink.Token{Gen: 7, Fence: 3})
+			if err != nil || ok != (second == nil) || len(f.updates) != 2 {
+				t.Fatalf("RemoveFenced = %v, %v after %d requests; want %v, nil after 2", ok, err, len(f.updates), second == nil)
+			}
+			u := f.updates[1]
+			if got, want := aws.ToString(u.UpdateExpression), "REMOVE #v, #s, #c, #ix, #g"; got != want {
+				t.Errorf("second update %q, want %q", got, want)
+			}
+			if got, want := aws.ToString(u.ConditionExpression), "#c = :c AND (attribute_not_exists(#jg) OR #jg <> :g)"; got != want {
+				t.Errorf("second condition %q, want %q", got, want)
+			}
+			wantRefused := 0.0
+			if second != nil {
+				wantRefused = 1
+			}
+			if got := value(t, s.m.refused); got != wantRefused {
+				t.Errorf("refused metric %v, want %v (the first refusal is not counted)", got, wantRefused)
+			}
+		}
+	})
+	t.Run("remove, fence 0", func(t *testing.T) {
+		f := &fakeAPI{update: func(context.Context, *dynamodb.UpdateItemInput) error { return ccf }}
+		s := newStore(t, f, Options{})
+		ok, err := s.RemoveFenced(context.Background(), k2, sink.Late, 41, sink.Token{Gen: 7})
+		if err != nil || ok || len(f.updates) != 1 {
+			t.Fatalf("RemoveFenced = %v, %v after %d requests; want false, nil after 1", ok, err, len(f.updates))
+		}
+		u := f.updates[0]
+		if got, want := aws.ToString(u.UpdateExpression), "REMOVE #v, #s, #c, #ix, #g"; got != want {
+			t.Errorf("update %q, want %q", got, want)
+		}
+		if got, want := aws.ToString(u.ConditionExpression), "#c = :c AND (attribute_not_exists(#wf) OR #wf <= :f OR #jg <> :g)"; got != want {
+			t.Errorf("condition %q, want %q", got, want)
+		}
+	})
+	t.Run("delete", func(t *testing.T) {
+		f := &fakeAPI{
+			del:    func(context.Context, *dynamodb.DeleteItemInput) error { return ccf },
+			update: func(context.Context, *dynamodb.UpdateItemInput) error { return nil },
+		}
+		s := newStore(t, f, Options{})
+		deleted, ok, err := s.DeleteFenced(context.Background(), k1, sink.Fast, 41, sink.Token{Gen: 7, Fence: 3})
+		if err != nil || deleted || !ok {
+			t.Fatalf("DeleteFenced = %v, %v, %v; want false, true, nil", deleted, ok, err)
+		}
+		d := f.deletes[0]
+		if cond := aws.ToString(d.ConditionExpression); !strings.HasSuffix(cond, " AND (attribute_not_exists(#wf) OR #wf <= :f OR #jg <> :g)") {
+			t.Errorf("delete condition %q lacks the fence", cond)
+		}
+		// The fallback is the fenced removal.
+		if len(f.updates) != 1 || aws.ToString(f.updates[0].UpdateExpression) != "REMOVE #v, #s, #c, #ix, #g SET #wf = :f" {
+			t.Errorf("fallback updates %d, want the fenced removal", len(f.updates))
+		}
+		if _, _, err := s.DeleteFenced(context.Background(), k1, sink.Fast, 41, sink.Token{Gen: 7, Fence: -1}); err == nil {
+			t.Errorf("DeleteFenced with fence -1: nil error")
+		}
+	})
+	t.Run("put updates", func(t *testing.T) {
+		const set = "SET #v = :v, #s = :s, #c = :c, #ix = :ix, #g = :g, #jg = :g, #bs = :bs"
+		for _, c := range []struct {
+			retention sink.Retention
+			fence     int64
+			want      string
+		}{
+			{sink.Retention{}, 0, set + ", #ea = :ea REMOVE #wf"},
+			{sink.Retention{}, 3, set + ", #ea = :ea, #wf = :f"},
+			{sink.Retention{Minute: sink.Forever, Hour: sink.Forever}, 0, set + " REMOVE #wf"},
+			{sink.Retention{Minute: sink.Forever, Hour: sink.Forever}, 3, set + ", #wf = :f"},
+		} {
+			f := &fakeAPI{update: func(context.Context, *dynamodb.UpdateItemInput) error { return nil }}
+			s := newStore(t, f, Options{Retention: c.retention})
+			if _, err := s.Put(context.Background(), []sink.Put{{Key: k1, Writer: sink.Fast, Valid: 1, Epoch: 2, Gen: 7, Fence: c.fence}}); err != nil {
+				t.Fatalf("Put: %v", err)
+			}
+			if got := aws.ToString(f.updates[0].UpdateExpression); got != c.want {
+				t.Errorf("retention %+v, fence %d: update %q, want %q", c.retention, c.fence, got, c.want)
+			}
+		}
+	})
+	t.Run("every placeholder used", func(t *testing.T) {
+		ctx := context.Background()
+		f := &fakeAPI{
+			del:    func(context.Context, *dynamodb.DeleteItemInput) error { return ccf },
+			update: func(context.Context, *dynamodb.UpdateItemInput) error { return ccf },
+		}
+		for _, o := range []Options{{}, {Retention: sink.Retention{Minute: sink.Forever, Hour: sink.Forever}}} {
+			s := newStore(t, f, o)
+			for _, fence := range []int64{0, 3} {
+				for _, w := range sink.TaggedWriters {
+					for _, closed := range []bool{false, true} {
+						if _, err := s.Put(ctx, []sink.Put{{Key: k1, Writer: w, Valid: 1, Epoch: 2, Gen: 7, Fence: fence, ClosedRow: closed, RestoredCkpt: 1}}); err != nil {
+							t.Fatalf("Put: %v", err)
+						}
+					}
+					s.Remove(ctx, k1, w, 2)
+					s.Delete(ctx, k1, w, 2)
+					s.RemoveFenced(ctx, k1, w, 2, sink.Token{Gen: 7, Fence: fence})
+					s.DeleteFenced(ctx, k1, w, 2, sink.Token{Gen: 7, Fence: fence})
+				}
+			}
+		}
+		for i, u := range f.updates {
+			wantExact(t, fmt.Sprintf("update %d", i), u.ExpressionAttributeNames, u.ExpressionAttributeValues,
+				aws.ToString(u.UpdateExpression), aws.ToString(u.ConditionExpression))
+		}
+		for i, d := range f.deletes {
+			wantExact(t, fmt.Sprintf("delete %d", i), d.ExpressionAttributeNames, d.ExpressionAttributeValues, aws.ToString(d.ConditionExpression))
+		}
+		if len(f.updates) < 40 || len(f.deletes) < 8 {
+			t.Fatalf("%d updates and %d deletes, want more", len(f.updates), len(f.deletes))
+		}
+	})
+}
+
 func describeOut(status types.TableStatus, idx types.IndexStatus, gsis ...string) *dynamodb.DescribeTableOutput {
 	t := &types.TableDescription{
 		TableStatus: status,
@@ -866,21 +1066,21 @@ func TestPutSetsExpiry(t *testing.T) {
 
 func TestDecodeItem(t *testing.T) {
 	av := item("ad_7", "H2026-11-29T10Z", map[string]types.AttributeValue{
-		"job_gen": num(8), "late_valid": num(3), "late_spend_micros": num(30), "late_ckpt": num(41),
+		"job_gen": num(8), "wf": num(4), "late_valid": num(3), "late_spend_micros": num(30), "late_ckpt": num(41),
 		"late_ix": str("41#5"), "late_gen": num(8), "final_gen": num(2), "other": str("ignored"),
 	})
 	got, err := decodeItem(av)
 	if err != nil {
 		t.Fatalf("decodeItem: %v", err)
 	}
-	want := sink.Item{Key: sink.Key{Entity: "ad_7", Bucket: "H2026-11-29T10Z"}, JobGen: 8, HasJobGen: true,
+	want := sink.Item{Key: sink.Key{Entity: "ad_7", Bucket: "H2026-11-29T10Z"}, JobGen: 8, HasJobGen: true, Fence: 4,
 		Late:  sink.Tagged{Present: true, Valid: 3, SpendMicros: 30, Ckpt: 41, Ix: "41#5", Gen: 8},
 		Final: sink.FinalAttrs{Present: true, Gen: 2}}
 	if got != want {
 		t.Fatalf("decodeItem:\n got  %+v\n want %+v", got, want)
 	}
 	for name, bad := range map[string]types.AttributeValue{
-		"fast_valid": str("3"), "fast_ix": num(1), "job_gen": &types.AttributeValueMemberN{Value: "1.5"},
+		"fast_valid": str("3"), "fast_ix": num(1), "job_gen": &types.AttributeValueMemberN{Value: "1.5"}, "wf": str("4"),
 	} {
 		if _, err := decodeItem(item("a", "b", map[string]types.AttributeValue{name: bad})); err == nil {
 			t.Errorf("decodeItem with %s = %v: got nil error", name, bad)

@@ -4,8 +4,9 @@
 // and tests use it as the reference store. It is production code, not a
 // mock: *Store implements both sink.Rows and sink.Totals with the exact
 // semantics documented in package sink (per-writer conditional SET and
-// REMOVE, job_gen fencing, the closed-row condition, the sharded tag index,
-// conditional Remove/Delete, epoch bookkeeping of totals).
+// REMOVE, job_gen and lease-fence fencing, the closed-row condition, the
+// sharded tag index, conditional Remove/Delete, epoch bookkeeping of
+// totals).
 //
 // # Durability
 //
@@ -90,7 +91,10 @@
 // present), then zig-zag varints: job_gen; for fast and late in that order,
 // if present, valid, spend_micros, ckpt, gen and the index key as a
 // uvarint-length-prefixed string; for final, if present, valid,
-// spend_micros, gen, at; then, if bit 4 is set, expires_at (Unix seconds).
+// spend_micros, gen, at; then, if bit 4 is set, expires_at (Unix seconds);
+// then, if bit 5 is set, wf (the fence of the last tagged write, never 0:
+// a write with fence 0 leaves bit 5 unset, so such items are byte for byte
+// those written before fences).
 // Entity and bucket come from the key. A total is a
 // format byte (1) then varints valid, spend_micros, epoch.
 package embedded

@@ -239,6 +239,7 @@ const (
 	flagLate
 	flagFinal
 	flagExpires
+	flagFence
 )
 
 // expiry is an item's expires_at (Unix seconds), if it has one. It is kept
@@ -283,6 +284,11 @@ func encodeRecord(it *sink.Item, exp expiry) []byte {
 	if exp.set {
 		flags |= flagExpires
 		b = binary.AppendVarint(b, exp.sec)
+	}
+	// wf 0 is not written: an item without a fence reads as fence 0.
+	if it.Fence != 0 {
+		flags |= flagFence
+		b = binary.AppendVarint(b, it.Fence)
 	}
 	b[1] = flags
 	return b
@@ -333,7 +339,7 @@ func decodeItem(k sink.Key, v []byte) (sink.Item, error) {
 func decodeRecord(k sink.Key, v []byte) (sink.Item, expiry, error) {
 	it := sink.Item{Key: k}
 	var exp expiry
-	if len(v) < 2 || v[0] != formatV1 || v[1]&^(flagExpires<<1-1) != 0 {
+	if len(v) < 2 || v[0] != formatV1 || v[1]&^(flagFence<<1-1) != 0 {
 		return it, exp, fmt.Errorf("embedded: item %q/%q: %w", k.Entity, k.Bucket, errCorrupt)
 	}
 	flags := v[1]
@@ -362,6 +368,9 @@ func decodeRecord(k sink.Key, v []byte) (sink.Item, expiry, error) {
 	}
 	if flags&flagExpires != 0 {
 		exp = expiry{sec: r.int(), set: true}
+	}
+	if flags&flagFence != 0 {
+		it.Fence = r.int()
 	}
 	if r.err != nil || len(r.b) != 0 {
 		return it, exp, fmt.Errorf("embedded: item %q/%q: %w", k.Entity, k.Bucket, errCorrupt)

@@ -20,8 +20,8 @@ import (
 )
 
 var (
-	_ sink.Rows   = (*Store)(nil)
-	_ sink.Totals = (*Store)(nil)
+	_ sink.FencedRows = (*Store)(nil)
+	_ sink.Totals     = (*Store)(nil)
 )
 
 // ErrClosed is returned by every method of a closed Store.
@@ -351,9 +351,10 @@ func validWriter(w sink.Writer) error {
 	return nil
 }
 
-// Put applies tagged writes with the conditions of sink.Put: job_gen fencing
-// and, for closed rows, the closed-row condition. Refused writes are counted
-// and not retried. The inputs are validated before anything is written.
+// Put applies tagged writes with the conditions of sink.Put: the token
+// (job_gen, wf) and, for closed rows, the closed-row condition. Refused
+// writes are counted and not retried. The inputs are validated before
+// anything is written.
 func (s *Store) Put(ctx context.Context, puts []sink.Put) (refused int, err error) {
 	for _, p := range puts {
 		if err := validKey(p.Key); err != nil {
@@ -361,6 +362,9 @@ func (s *Store) Put(ctx context.Context, puts []sink.Put) (refused int, err erro
 		}
 		if err := validWriter(p.Writer); err != nil {
 			return 0, err
+		}
+		if err := sink.ValidFence(p.Fence); err != nil {
+			return 0, fmt.Errorf("embedded: put: %w", err)
 		}
 	}
 	refused, err = applyEach(ctx, s, "put", puts, s.putOne)
@@ -379,7 +383,7 @@ func (s *Store) putOne(p sink.Put) (bool, error) {
 		return false, err
 	}
 	a := it.Attrs(p.Writer)
-	if it.HasJobGen && it.JobGen > p.Gen {
+	if it.HasJobGen && (it.JobGen > p.Gen || it.JobGen == p.Gen && it.Fence > p.Fence) {
 		s.metrics.Refused.WithLabelValues("put").Inc()
 		return false, nil
 	}
@@ -405,7 +409,7 @@ func (s *Store) putOne(p sink.Put) (bool, error) {
 	// leaves an earlier expiry as it is.
 	exp = setExpiry(b, p.Key, exp, s.written(p.Bucket))
 	*a = sink.Tagged{Present: true, Valid: p.Valid, SpendMicros: p.SpendMicros, Ckpt: p.Epoch, Ix: ix, Gen: p.Gen}
-	it.JobGen, it.HasJobGen = p.Gen, true
+	it.JobGen, it.HasJobGen, it.Fence = p.Gen, true, p.Fence
 	_ = b.Set(ikey, encodeRecord(&it, exp), nil)
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return false, fmt.Errorf("embedded: put %q/%q: %w", p.Entity, p.Bucket, err)
@@ -553,7 +557,15 @@ func (s *Store) QueryIndex(ctx context.Context, w sink.Writer, ix string, fn fun
 // if the condition failed or there is no item. The item itself stays (with
 // its job_gen), as DynamoDB's REMOVE leaves it.
 func (s *Store) Remove(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64) (bool, error) {
-	_, ok, err := s.removeOrDelete(ctx, k, w, ckpt, false)
+	_, ok, err := s.removeOrDelete(ctx, k, w, ckpt, false, nil)
+	return ok, err
+}
+
+// RemoveFenced is Remove under t (sink.FencedRows): refused if the item's
+// job_gen is t.Gen and its wf is above t.Fence; if job_gen is t.Gen, wf
+// becomes t.Fence.
+func (s *Store) RemoveFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (bool, error) {
+	_, ok, err := s.removeOrDelete(ctx, k, w, ckpt, false, &t)
 	return ok, err
 }
 
@@ -561,10 +573,18 @@ func (s *Store) Remove(ctx context.Context, k sink.Key, w sink.Writer, ckpt int6
 // other writer's attributes (neither the other tagged writer's nor final_*);
 // if it carries some, only w's attributes are removed, as Remove does.
 func (s *Store) Delete(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64) (deleted, ok bool, err error) {
-	return s.removeOrDelete(ctx, k, w, ckpt, true)
+	return s.removeOrDelete(ctx, k, w, ckpt, true, nil)
 }
 
-func (s *Store) removeOrDelete(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, del bool) (deleted, ok bool, err error) {
+// DeleteFenced is Delete under t (sink.FencedRows), with the fence
+// condition of RemoveFenced.
+func (s *Store) DeleteFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (deleted, ok bool, err error) {
+	return s.removeOrDelete(ctx, k, w, ckpt, true, &t)
+}
+
+// removeOrDelete removes w's attributes, or deletes the item if del and
+// nothing else is on it, under the fence of t if not nil.
+func (s *Store) removeOrDelete(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, del bool, t *sink.Token) (deleted, ok bool, err error) {
 	op := "remove"
 	if del {
 		op = "delete"
@@ -588,7 +608,8 @@ func (s *Store) removeOrDelete(ctx context.Context, k sink.Key, w sink.Writer, c
 		return false, false, err
 	}
 	a := it.Attrs(w)
-	if !found || !a.Present || a.Ckpt != ckpt {
+	sameGen := t != nil && it.HasJobGen && it.JobGen == t.Gen
+	if !found || !a.Present || a.Ckpt != ckpt || sameGen && it.Fence > t.Fence {
 		s.metrics.Refused.WithLabelValues(op).Inc()
 		return false, false, nil
 	}
@@ -609,6 +630,9 @@ func (s *Store) removeOrDelete(ctx context.Context, k sink.Key, w sink.Writer, c
 		deleted = true
 	} else {
 		*a = sink.Tagged{}
+		if sameGen {
+			it.Fence = t.Fence
+		}
 		_ = b.Set(ikey, encodeRecord(&it, exp), nil)
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -110,6 +111,8 @@ func TestItemEncodingRoundTrip(t *testing.T) {
 			Late:  sink.Tagged{Present: true, Valid: -1, SpendMicros: 0, Ckpt: 0, Ix: "", Gen: 0},
 			Final: sink.FinalAttrs{Present: true, Valid: 9, SpendMicros: 99, Gen: 2, AtMs: 1_700_000_000_000}},
 		{Key: k, Late: sink.Tagged{Present: true, Valid: 1, Ix: "x"}},
+		{Key: k, JobGen: 7, HasJobGen: true, Fence: 12, Fast: sink.Tagged{Present: true, Valid: 5, Ckpt: 41, Ix: "41#3", Gen: 7}},
+		{Key: k, JobGen: 7, HasJobGen: true, Fence: 1 << 40},
 	}
 	for i, want := range cases {
 		got, err := decodeItem(k, encodeItem(&want))
@@ -117,7 +120,15 @@ func TestItemEncodingRoundTrip(t *testing.T) {
 			t.Errorf("case %d: got %+v, %v; want %+v", i, got, err, want)
 		}
 	}
-	for _, bad := range [][]byte{nil, {2, 0}, {1, flagJobGen}, {1, flagFast, 2}, {1, 0, 5}} {
+	// Fence 0 is not written: the bytes are those of the format before
+	// fences (format, flags, job_gen 7 as a zig-zag varint).
+	if got, want := encodeItem(&sink.Item{Key: k, JobGen: 7, HasJobGen: true}), []byte{1, flagJobGen, 14}; !bytes.Equal(got, want) {
+		t.Errorf("encoding without a fence = %x, want %x", got, want)
+	}
+	if got, want := encodeItem(&sink.Item{Key: k, JobGen: 7, HasJobGen: true, Fence: 3}), []byte{1, flagJobGen | flagFence, 14, 6}; !bytes.Equal(got, want) {
+		t.Errorf("encoding with fence 3 = %x, want %x", got, want)
+	}
+	for _, bad := range [][]byte{nil, {2, 0}, {1, flagJobGen}, {1, flagFast, 2}, {1, 0, 5}, {1, flagFence}} {
 		if _, err := decodeItem(k, bad); !errors.Is(err, errCorrupt) {
 			t.Errorf("decodeItem(%x) error = %v, want errCorrupt", bad, err)
 		}

@@ -26,8 +26,15 @@ type Fence interface {
 // fenced by f: the write is refused with f.Check's error unless it
 // passes, and runs under f.Guard, so that its retries end when the lease
 // does. Reads pass through. Wrap the row store once, before the flush, and
-// every writer (the window subtasks, the flush, the recount) is fenced.
-func Rows(rows sink.Rows, f Fence) sink.Rows { return fencedRows{rows, f} }
+// every writer (the window subtasks, the flush, the recount) is fenced. A
+// store that is a sink.FencedRows keeps RemoveFenced and DeleteFenced,
+// fenced too (the result is then a sink.FencedRows).
+func Rows(rows sink.Rows, f Fence) sink.Rows {
+	if fr, ok := rows.(sink.FencedRows); ok {
+		return fencedTokenRows{fencedRows{rows, f}, fr}
+	}
+	return fencedRows{rows, f}
+}
 
 // Totals is Rows for the running totals (SetTotals,
 // DeleteTotals, ForgetEpochs are fenced; reads pass through). A store that
@@ -102,6 +109,29 @@ func (r fencedRows) Delete(ctx context.Context, k sink.Key, w sink.Writer, ckpt 
 	err = Run(ctx, r.f, func(ctx context.Context) error {
 		var err error
 		deleted, ok, err = r.Rows.Delete(ctx, k, w, ckpt)
+		return err
+	})
+	return deleted, ok, err
+}
+
+type fencedTokenRows struct {
+	fencedRows
+	fr sink.FencedRows
+}
+
+func (r fencedTokenRows) RemoveFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (ok bool, err error) {
+	err = Run(ctx, r.f, func(ctx context.Context) error {
+		var err error
+		ok, err = r.fr.RemoveFenced(ctx, k, w, ckpt, t)
+		return err
+	})
+	return ok, err
+}
+
+func (r fencedTokenRows) DeleteFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (deleted, ok bool, err error) {
+	err = Run(ctx, r.f, func(ctx context.Context) error {
+		var err error
+		deleted, ok, err = r.fr.DeleteFenced(ctx, k, w, ckpt, t)
 		return err
 	})
 	return deleted, ok, err

@@ -208,3 +208,54 @@ func TestRun(t *testing.T) {
 		t.Errorf("%d writes ran, want 1 (the one under the held lease)", ran)
 	}
 }
+
+// tokenRows is recordRows that also takes fence tokens.
+type tokenRows struct{ recordRows }
+
+func (r *tokenRows) RemoveFenced(context.Context, sink.Key, sink.Writer, int64, sink.Token) (bool, error) {
+	r.record("remove_fenced")
+	return true, nil
+}
+
+func (r *tokenRows) DeleteFenced(context.Context, sink.Key, sink.Writer, int64, sink.Token) (bool, bool, error) {
+	r.record("delete_fenced")
+	return true, true, nil
+}
+
+// A store that takes fence tokens keeps RemoveFenced and DeleteFenced
+// through Rows, under the lease too; one that does not stays without.
+func TestFenceKeepsTokens(t *testing.T) {
+	if _, ok := Rows(&recordRows{}, newFakeLease()).(sink.FencedRows); ok {
+		t.Fatal("Rows of a store without tokens is a sink.FencedRows")
+	}
+	l := newFakeLease()
+	inner := &tokenRows{}
+	fr, ok := Rows(inner, l).(sink.FencedRows)
+	if !ok {
+		t.Fatal("Rows of a sink.FencedRows is not one")
+	}
+	ctx := context.Background()
+	tok := sink.Token{Gen: 1, Fence: 2}
+	call := func() []error {
+		_, err1 := fr.RemoveFenced(ctx, sink.Key{}, sink.Fast, 1, tok)
+		_, _, err2 := fr.DeleteFenced(ctx, sink.Key{}, sink.Fast, 1, tok)
+		return []error{err1, err2}
+	}
+	for _, err := range call() {
+		if err != nil {
+			t.Errorf("fenced removal under a held lease: %v", err)
+		}
+	}
+	if got, want := inner.got(), []string{"remove_fenced", "delete_fenced"}; !slices.Equal(got, want) {
+		t.Errorf("inner store got %v, want %v", got, want)
+	}
+	l.lose()
+	for _, err := range call() {
+		if !errors.Is(err, errLost) {
+			t.Errorf("fenced removal after the lease was lost: got %v, want the lease's error", err)
+		}
+	}
+	if got := inner.got(); len(got) != 2 {
+		t.Errorf("inner store got %v after the lease was lost, want nothing more", got)
+	}
+}

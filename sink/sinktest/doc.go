@@ -10,9 +10,10 @@
 //	}
 //
 // The suites check the contract written in the doc comments of package sink
-// (tagged writes, job_gen fencing, the closed-row condition, the tag index,
-// per-writer removal and deletion), with expected values written out by hand
-// rather than computed by a second implementation. They need no server: the
+// (tagged writes, job_gen and lease-fence fencing, the closed-row
+// condition, the tag index, per-writer removal and deletion), with expected
+// values written out by hand rather than computed by a second
+// implementation. They need no server: the
 // adapter under test supplies the store.
 //
 // NewMemRows is production-quality but unpersisted: use it in unit tests of

@@ -24,7 +24,7 @@ type memRows struct {
 	items map[sink.Key]sink.Item
 }
 
-var _ sink.Rows = (*MemRows)(nil)
+var _ sink.FencedRows = (*MemRows)(nil)
 
 // NewMemRows returns an empty in-memory store.
 func NewMemRows() *MemRows {
@@ -58,6 +58,9 @@ func (m *MemRows) Put(ctx context.Context, puts []sink.Put) (int, error) {
 		if err := checkTagged("put", p.Writer); err != nil {
 			return 0, err
 		}
+		if err := sink.ValidFence(p.Fence); err != nil {
+			return 0, fmt.Errorf("sinktest: put: %w", err)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("sinktest: put: %w", err)
@@ -71,7 +74,7 @@ func (m *MemRows) Put(ctx context.Context, puts []sink.Put) (int, error) {
 			it = sink.Item{Key: p.Key}
 		}
 		a := it.Attrs(p.Writer)
-		if it.HasJobGen && it.JobGen > p.Gen {
+		if it.HasJobGen && (it.JobGen > p.Gen || it.JobGen == p.Gen && it.Fence > p.Fence) {
 			refused++
 			continue
 		}
@@ -87,7 +90,7 @@ func (m *MemRows) Put(ctx context.Context, puts []sink.Put) (int, error) {
 			Ix:          sink.IndexKeyIn(m.scope, p.Epoch, p.Key),
 			Gen:         p.Gen,
 		}
-		it.JobGen, it.HasJobGen = p.Gen, true
+		it.JobGen, it.HasJobGen, it.Fence = p.Gen, true, p.Fence
 		m.items[p.Key] = it
 	}
 	return refused, nil
@@ -195,6 +198,15 @@ func (m *MemRows) each(ctx context.Context, match func(*sink.Item) bool, fn func
 
 // Remove removes w's attributes from k if <w>_ckpt equals ckpt.
 func (m *MemRows) Remove(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64) (bool, error) {
+	return m.remove(ctx, k, w, ckpt, nil)
+}
+
+// RemoveFenced is Remove under t (sink.FencedRows).
+func (m *MemRows) RemoveFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (bool, error) {
+	return m.remove(ctx, k, w, ckpt, &t)
+}
+
+func (m *MemRows) remove(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t *sink.Token) (bool, error) {
 	if err := checkTagged("remove", w); err != nil {
 		return false, err
 	}
@@ -203,19 +215,28 @@ func (m *MemRows) Remove(ctx context.Context, k sink.Key, w sink.Writer, ckpt in
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.removeLocked(k, w, ckpt), nil
+	return m.removeLocked(k, w, ckpt, t), nil
 }
 
-func (m *MemRows) removeLocked(k sink.Key, w sink.Writer, ckpt int64) bool {
+// fencedOut reports whether t's fence is below the item's wf, in t's
+// generation; a nil t is never fenced out.
+func fencedOut(it *sink.Item, t *sink.Token) bool {
+	return t != nil && it.HasJobGen && it.JobGen == t.Gen && it.Fence > t.Fence
+}
+
+func (m *MemRows) removeLocked(k sink.Key, w sink.Writer, ckpt int64, t *sink.Token) bool {
 	it, ok := m.items[k]
 	if !ok {
 		return false
 	}
 	a := it.Attrs(w)
-	if !a.Present || a.Ckpt != ckpt {
+	if !a.Present || a.Ckpt != ckpt || fencedOut(&it, t) {
 		return false
 	}
 	*a = sink.Tagged{}
+	if t != nil && it.HasJobGen && it.JobGen == t.Gen {
+		it.Fence = t.Fence
+	}
 	m.items[k] = it
 	return true
 }
@@ -223,6 +244,15 @@ func (m *MemRows) removeLocked(k sink.Key, w sink.Writer, ckpt int64) bool {
 // Delete deletes k if <w>_ckpt equals ckpt and no other writer's attributes
 // are present; otherwise it removes w's attributes as Remove does.
 func (m *MemRows) Delete(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64) (deleted, ok bool, err error) {
+	return m.delete(ctx, k, w, ckpt, nil)
+}
+
+// DeleteFenced is Delete under t (sink.FencedRows).
+func (m *MemRows) DeleteFenced(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t sink.Token) (deleted, ok bool, err error) {
+	return m.delete(ctx, k, w, ckpt, &t)
+}
+
+func (m *MemRows) delete(ctx context.Context, k sink.Key, w sink.Writer, ckpt int64, t *sink.Token) (deleted, ok bool, err error) {
 	if err := checkTagged("delete", w); err != nil {
 		return false, false, err
 	}
@@ -239,11 +269,11 @@ func (m *MemRows) Delete(ctx context.Context, k sink.Key, w sink.Writer, ckpt in
 	if w == sink.Late {
 		other = sink.Fast
 	}
-	if a := it.Attrs(w); a.Present && a.Ckpt == ckpt && !it.Attrs(other).Present && !it.Final.Present {
+	if a := it.Attrs(w); a.Present && a.Ckpt == ckpt && !it.Attrs(other).Present && !it.Final.Present && !fencedOut(&it, t) {
 		delete(m.items, k)
 		return true, true, nil
 	}
-	return false, m.removeLocked(k, w, ckpt), nil
+	return false, m.removeLocked(k, w, ckpt, t), nil
 }
 
 // Len returns the number of items.

@@ -34,6 +34,12 @@ import (
 //   - QueryBucket returns every item of the bucket, whoever wrote it
 //     (final_* alone included), and items that Remove left with no
 //     writer's attributes; never an item Delete removed.
+//   - The store is a sink.FencedRows. Put compares the token (Gen, Fence)
+//     with (job_gen, wf), an item without wf reading as fence 0; a write
+//     with fence 0 leaves no wf, and one with a negative fence is an
+//     error. RemoveFenced and DeleteFenced compare fences only on an item
+//     of the token's generation, and raise wf on an item they leave;
+//     plain Remove and Delete ignore wf.
 func Rows(t *testing.T, open func(t *testing.T) sink.Rows) {
 	t.Helper()
 	tests := []struct {
@@ -45,6 +51,11 @@ func Rows(t *testing.T, open func(t *testing.T) sink.Rows) {
 		{"PutIsAbsolute", testPutIsAbsolute},
 		{"PutRejectsBadWriter", testPutRejectsBadWriter},
 		{"JobGenFencing", testJobGenFencing},
+		{"LeaseFence", testLeaseFence},
+		{"LeaseFenceZero", testLeaseFenceZero},
+		{"RemoveFenced", testRemoveFenced},
+		{"DeleteFenced", testDeleteFenced},
+		{"FencedView", testFencedView},
 		{"ClosedRow", testClosedRow},
 		{"PutFinal", testPutFinal},
 		{"QueryIndex", testQueryIndex},

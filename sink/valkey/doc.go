@@ -48,6 +48,17 @@
 // ranges use. The totals are per ad and stay unscoped: dashboards read
 // them the same way. The unscoped store keeps the layout above.
 //
+// Totals are not fenced by the range's lease fence, as the rows are
+// (sink.Token): there is no script, only absolute HSETs, so an owner
+// paused past its lease check may still set a stale total after the new
+// owner took the range. That is acceptable because totals serve
+// dashboards only: rows and billing never read them, and the new owner
+// rewrites every open window's total at its next firing. A total nobody
+// rewrites stays wrong until it expires, or until the fence sweep the
+// design plans after a takeover rewrites it (docs/scale-out.md §6.5 items
+// 4 and 5, which also plan a single-key script refusing a lower
+// (gen, fence)).
+//
 // # Cluster mode
 //
 // The ad id is the hash tag: all totals of one ad live in one slot, so a
