@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adclick/adclick/ckptstore/ckpt"
+	"github.com/adclick/adclick/sink/embedded"
 )
 
 // commitLease is a testLease that keeps the job's progress, as a range
@@ -165,4 +166,61 @@ func TestCommitLeaseNamesTheCheckpointToRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRows(t, scanRows(t, j3.Rows()), ref)
+}
+
+// fenceLease is a testLease with a tenure fence, as a range lease has.
+type fenceLease struct {
+	*testLease
+	fence int64
+}
+
+func (l fenceLease) Fence() int64 { return l.fence }
+
+// With a FenceLease every row the job writes carries the lease's fence, so
+// a newer holder's writes refuse this one's late ones; a later holder with
+// a higher fence rewrites them, one with a lower fence (an old tenure come
+// back) is refused by the rows themselves.
+func TestFenceLeaseFencesTheRows(t *testing.T) {
+	dir := t.TempDir()
+	path := writeTrace(t, dir, traceOptions(3_000, 6))
+	cfg := replayConfig(dir+"/data", path)
+	cfg.Lease = &LeaseConfig{Acquire: func(context.Context, *slog.Logger, prometheus.Registerer) (Lease, error) {
+		return fenceLease{newTestLease(), 7}, nil
+	}}
+	j := runToEnd(t, cfg)
+	rows := scanRows(t, j.Rows())
+	j.Close()
+	if len(rows) == 0 {
+		t.Fatal("no rows")
+	}
+	for k, it := range rows {
+		if it.Fence != 7 {
+			t.Fatalf("%s/%s: wf %d, want the lease's fence 7", k.Entity, k.Bucket, it.Fence)
+		}
+	}
+	// An older tenure replaying the same input: every write it makes to a
+	// row of the newer one is refused, and the rows keep fence 7.
+	old := replayConfig(dir+"/old", path)
+	st, err := embedded.Open(dir+"/data/store", embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	old.Rows, old.Totals, old.OpenSinks = st, st, nil
+	old.Lease = &LeaseConfig{Acquire: func(context.Context, *slog.Logger, prometheus.Registerer) (Lease, error) {
+		return fenceLease{newTestLease(), 3}, nil
+	}}
+	old.SinkOutageMs = 1_000
+	jo := runToEnd(t, old)
+	jo.Close()
+	n := 0
+	for k, it := range scanRows(t, st) {
+		if it.Fence != 7 {
+			t.Errorf("%s/%s: wf %d after an older tenure's writes, want 7", k.Entity, k.Bucket, it.Fence)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no rows after the old tenure")
+	}
 }

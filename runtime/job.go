@@ -98,6 +98,9 @@ type Job struct {
 	// drain is Config.Drain, as SetDrain last changed it: read when the
 	// run stops.
 	drain atomic.Bool
+	// fence is the FenceLease's fence that every row write carries (0:
+	// none).
+	fence int64
 }
 
 // stallAfter is how long the driver may go without progress before the
@@ -225,7 +228,10 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	localLake, _ := j.lake.(tempRemover)
 	// From here on every write goes through the lease, if the job has one:
 	// the flush, the lake's cleaning, checkpoints and the graph's output.
-	j.fenceWrites()
+	if err := j.fenceWrites(); err != nil {
+		j.Close()
+		return nil, err
+	}
 	if err := j.build(); err != nil {
 		j.Close()
 		return nil, err
@@ -261,7 +267,7 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	if wrote || found {
 		r, err := flush.Full(ctx, j.rows, j.totals, flushState{j}, flushTotals{j}, flush.Options{
-			Restored: j.c, High: flushHigh, Gen: cfg.JobGen, WritesPerSec: cfg.FlushWritesPerSec,
+			Restored: j.c, High: flushHigh, Gen: cfg.JobGen, Fence: j.fence, WritesPerSec: cfg.FlushWritesPerSec,
 			Registerer: cfg.Registerer, Logger: j.log, Progress: cfg.FlushProgress,
 		})
 		if err != nil {

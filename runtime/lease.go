@@ -10,6 +10,7 @@ import (
 
 	"github.com/adclick/adclick/ckptstore/ckpt"
 	"github.com/adclick/adclick/recount"
+	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/sink/fence"
 )
 
@@ -86,18 +87,37 @@ func (j *Job) acquireLease(ctx context.Context) error {
 	return nil
 }
 
+// FenceLease is a Lease whose every tenure has its own fence, rising with
+// each take (a fleet's range lease): the job's row writes carry the token
+// (job_gen, fence), so that once a newer holder has written an item, this
+// holder's late writes to it are refused by the store itself, whatever
+// its clock says (sink.Fenced; docs/scale-out.md §6.5).
+type FenceLease interface {
+	Lease
+	Fence() int64
+}
+
 // fenceWrites wraps every store the job writes (rows, totals, checkpoints,
-// lake) so that each write checks the lease first and runs under it.
-func (j *Job) fenceWrites() {
+// lake) so that each write checks the lease first and runs under it, and,
+// with a FenceLease, so that row writes carry its fence.
+func (j *Job) fenceWrites() error {
 	j.plainTotals = j.totals
 	if j.lease == nil {
-		return
+		return nil
 	}
 	f := j.lease.l
 	j.rows = fence.Rows(j.rows, f)
+	if fl, ok := f.(FenceLease); ok && fl.Fence() > 0 {
+		rows, err := sink.Fenced(j.rows, sink.Token{Gen: j.cfg.JobGen, Fence: fl.Fence()})
+		if err != nil {
+			return fmt.Errorf("runtime: the job's lease fences its writes, but its row store cannot carry the fence: %w", err)
+		}
+		j.rows, j.fence = rows, fl.Fence()
+	}
 	j.totals = fence.Totals(j.totals, f)
 	j.lake = fencedLake{Store: j.lake, f: f}
 	j.ckpts.store = fencedCkpts{Store: j.ckpts.store, f: f}
+	return nil
 }
 
 // releaseLease stops renewing and frees the lease (a clean stop lets the

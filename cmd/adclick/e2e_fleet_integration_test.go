@@ -352,9 +352,13 @@ func TestFleetEndToEnd(t *testing.T) {
 	}
 	defer vc.Close()
 	checkValkey(t, vc, prefix, rs)
-	// Every range's rows were written under its own scope.
+	// Every range's rows were written under its own scope, and carry the
+	// fence of a range lease's tenure.
 	scopes := map[string]bool{}
 	for _, r := range rs {
+		if r.Fence == nil || *r.Fence < 1 {
+			t.Errorf("%s/%s: no range fence (wf) on a fleet's row", r.Entity, r.Bucket)
+		}
 		for _, ix := range []string{r.FastIx, r.LateIx} {
 			if s, _, ok := strings.Cut(ix, "/"); ok {
 				scopes[s] = true

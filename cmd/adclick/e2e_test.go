@@ -104,6 +104,7 @@ type row struct {
 	LateCkpt  *int64 `json:"late_ckpt"`
 	FastIx    string `json:"fast_ix"`
 	LateIx    string `json:"late_ix"`
+	Fence     *int64 `json:"wf"` // the fence of the last tagged write (a fleet's range lease)
 }
 
 func rows(t *testing.T, data string) ([]row, []byte) {
