@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/adclick/adclick/ingest"
+	"github.com/adclick/adclick/state"
 	"github.com/adclick/adclick/windowing"
 )
 
@@ -122,3 +123,8 @@ func TestNewSourceRefusesABadRange(t *testing.T) {
 		}
 	}
 }
+
+// The pre-aggregators' dedup store prefetches: state.Dedup is a
+// Prefetcher (a change of its signature would silently turn prefetching
+// off).
+var _ Prefetcher = (*state.Dedup)(nil)

@@ -12,7 +12,7 @@ import (
 // told the ids of a batch before they are judged, it can start reading them
 // (state.Dedup warms its block cache).
 type Prefetcher interface {
-	Prefetch(kg int, id string, expiryMs int64)
+	Prefetch(kg int, ad, id string, expiryMs int64)
 }
 
 // PreOptions configures a Pre.
@@ -156,7 +156,7 @@ func (p *Pre) clicks(m Msg) error {
 		c := &m.Clicks[i]
 		kgs = append(kgs, windowing.KeyGroup(c.ClickID))
 		if p.pf != nil {
-			p.pf.Prefetch(kgs[i], c.ClickID, c.ImpressionMs+p.o.HorizonMs)
+			p.pf.Prefetch(kgs[i], c.AdID, c.ClickID, c.ImpressionMs+p.o.HorizonMs)
 		}
 	}
 	p.kgs = kgs

@@ -12,17 +12,18 @@ type MemDedup struct {
 }
 
 type memKey struct {
-	kg int
-	id string
+	kg     int
+	ad, id string
 }
 
 // NewMemDedup returns an empty MemDedup.
 func NewMemDedup() *MemDedup { return &MemDedup{ids: make(map[memKey]int64)} }
 
 // Insert implements Dedup. A copy with a later expiry than the one held
-// extends it: the id is remembered until the latest of its copies' expiries.
-func (m *MemDedup) Insert(kg int, id string, expiryMs int64) (bool, error) {
-	k := memKey{kg, id}
+// extends it: the click is remembered until the latest of its copies'
+// expiries.
+func (m *MemDedup) Insert(kg int, ad, id string, expiryMs int64) (bool, error) {
+	k := memKey{kg, ad, id}
 	if exp, ok := m.ids[k]; ok {
 		m.ids[k] = max(exp, expiryMs)
 		return false, nil
@@ -41,7 +42,7 @@ func (m *MemDedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 	return nil
 }
 
-// Len returns the number of ids held.
+// Len returns the number of clicks (ad, id) held.
 func (m *MemDedup) Len() int { return len(m.ids) }
 
 func joinErrs(prefix string, errs []error) error {

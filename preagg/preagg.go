@@ -25,7 +25,8 @@ const (
 	// Late: its minute had closed by the judge time; it goes, alone, to the
 	// late path.
 	Late
-	// Duplicate: its click id was already seen within the horizon.
+	// Duplicate: its click id was already seen with the same ad within the
+	// horizon.
 	Duplicate
 	// BeyondHorizon: its impression is more than the acceptance horizon
 	// before the judge time; it is rejected as stale.
@@ -54,15 +55,17 @@ func (v Verdict) String() string {
 	return fmt.Sprintf("verdict(%d)", uint8(v))
 }
 
-// Dedup holds click ids until their event-time expiry. Implementations:
-// MemDedup here, and the Pebble-backed store in package state.
+// Dedup holds clicks, identified by (ad, click id), until their event-time
+// expiry. Implementations: MemDedup here, and the Pebble-backed store in
+// package state.
 type Dedup interface {
-	// Insert records id (in key group kg) with its expiry (Unix ms) and
-	// reports whether it was new.
-	Insert(kg int, id string, expiryMs int64) (inserted bool, err error)
-	// Expire forgets the ids of key groups [kgFrom, kgTo) whose expiry
-	// lies before beforeMs. It may keep ids slightly longer (whole buckets),
-	// never shorter.
+	// Insert records the click (ad, id), whose click id is in key group
+	// kg, with its expiry (Unix ms) and reports whether it was new. The
+	// same id with another ad is another click.
+	Insert(kg int, ad, id string, expiryMs int64) (inserted bool, err error)
+	// Expire forgets the clicks of key groups [kgFrom, kgTo) whose expiry
+	// lies before beforeMs. It may keep them slightly longer (whole
+	// buckets), never shorter.
 	Expire(kgFrom, kgTo int, beforeMs int64) error
 }
 
@@ -218,9 +221,12 @@ func (p *PreAgg) WindowStart(t int64) int64 {
 //     → BeyondHorizon (not remembered, so it can never shadow a later
 //     copy); then, if impression + horizon is below the bound under which
 //     the processing-time guard may have forgotten ids → GuardExpired;
-//  2. dedup: the id is inserted with expiry impression + horizon; if it was
-//     present → Duplicate, whatever the copy's other fields (the first
-//     copy read wins; late copies of a late click are duplicates too);
+//  2. dedup: (ad, click id) is inserted with expiry impression + horizon;
+//     if it was present → Duplicate, whatever the copy's other fields (the
+//     first copy read wins; late copies of a late click are duplicates
+//     too). A copy with another ad is another click, counted for its ad:
+//     the ads' owners may be different workers, which cannot know of each
+//     other's copies (docs/scale-out.md §3.2);
 //  3. lateness: if its window's last millisecond (end − 1) ≤ judge → Late;
 //     the caller sends it, alone, to the late path — it is never folded
 //     into a partial;
@@ -244,7 +250,7 @@ func (p *PreAgg) Add(c *ingest.Click, kg int) (Verdict, error) {
 		return GuardExpired, nil
 	}
 	if !p.o.NoDedup {
-		ok, err := p.dedup.Insert(kg, c.ClickID, c.ImpressionMs+p.o.HorizonMs)
+		ok, err := p.dedup.Insert(kg, c.AdID, c.ClickID, c.ImpressionMs+p.o.HorizonMs)
 		if err != nil {
 			return 0, fmt.Errorf("preagg: dedup insert: %w", err)
 		}

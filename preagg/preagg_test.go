@@ -43,6 +43,15 @@ func TestAddCheckOrder(t *testing.T) {
 		{"duplicate of a counted click", []step{
 			{click("a", "ad", t0+10*minute, t0), Counted},
 			{click("a", "ad", t0+10*minute, t0), Duplicate}}},
+		{"the same click id with another ad is another click", []step{
+			{click("a", "ad", t0+10*minute, t0), Counted},
+			{click("a", "ad2", t0+10*minute, t0), Counted},
+			{click("a", "ad", t0+10*minute, t0), Duplicate},
+			{click("a", "ad2", t0+10*minute+1, t0+1), Duplicate}}},
+		{"a late copy with another ad is late, then a duplicate", []step{
+			{click("a", "ad", t0+10*minute, t0), Counted},
+			{click("a", "ad2", t0+minute, t0), Late},
+			{click("a", "ad2", t0+minute, t0), Duplicate}}},
 		{"late edge: window end-1 == judge is late", []step{
 			{click("a", "ad", wm-minute+1, t0), Late}}},
 		{"late edge: window end-1 == judge+1 is on time", []step{
@@ -226,11 +235,11 @@ func (r *recDedup) Expire(from, to int, before int64) error {
 	return r.MemDedup.Expire(from, to, before)
 }
 
-func (r *recDedup) Insert(kg int, id string, exp int64) (bool, error) {
+func (r *recDedup) Insert(kg int, ad, id string, exp int64) (bool, error) {
 	if r.fail != nil {
 		return false, r.fail
 	}
-	return r.MemDedup.Insert(kg, id, exp)
+	return r.MemDedup.Insert(kg, ad, id, exp)
 }
 
 func TestGuard(t *testing.T) {
@@ -488,12 +497,44 @@ func TestMemDedupKeepsLatestExpiry(t *testing.T) {
 		{expiry: 5_000, expire: 2_000, want: false},
 		{expiry: 3_000, want: false},
 	} {
-		got, _ := d.Insert(1, "x", tc.expiry)
+		got, _ := d.Insert(1, "ad", "x", tc.expiry)
 		if got != tc.want {
 			t.Fatalf("copy %d: Insert = %v, want %v", i, got, tc.want)
 		}
 		if tc.expire != 0 {
 			d.Expire(0, 128, tc.expire)
 		}
+	}
+}
+
+// TestOneClickIDTwoAds: a click id sent with two ads is counted once per ad
+// (the ads' owners may be two workers that never see each other's copies);
+// a third copy with the first ad is a duplicate. Before, the second copy
+// was a duplicate whatever its ad.
+func TestOneClickIDTwoAds(t *testing.T) {
+	d := NewMemDedup()
+	p, err := New(Options{}, d, 0, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		ad   string
+		want Verdict
+	}{{"ad_7", Counted}, {"ad_9", Counted}, {"ad_7", Duplicate}, {"ad_9", Duplicate}} {
+		if v, err := p.Add(click("c1", tc.ad, t0+minute, t0), 5); err != nil || v != tc.want {
+			t.Fatalf("copy %d (%s): %v, %v, want %v", i, tc.ad, v, err, tc.want)
+		}
+	}
+	want := []Partial{{"ad_7", t0 + minute, 1, 10}, {"ad_9", t0 + minute, 1, 10}}
+	if got := p.Flush(); !slices.Equal(got, want) {
+		t.Fatalf("partials %v, want %v", got, want)
+	}
+	if st := p.Stats(); st.Counted != 2 || st.Duplicate != 2 || d.Len() != 2 {
+		t.Fatalf("stats %+v, %d held, want 2 counted, 2 duplicates, 2 held", st, d.Len())
+	}
+	// Both are forgotten when the watermark passes their expiry.
+	p.Watermark(t0 + 2*hour + minute)
+	if d.Len() != 0 {
+		t.Fatalf("%d held after the watermark passed the expiry, want 0", d.Len())
 	}
 }

@@ -55,7 +55,7 @@ func TestFoldKeepsEveryID(t *testing.T) {
 func filterBytesNow(d *Dedup) int {
 	n := 0
 	for kg := range d.kgs {
-		for _, p := range d.kgs[kg].parts {
+		for _, p := range append(d.kgs[kg].cur.parts, d.kgs[kg].legacy.parts...) {
 			n += p.f.sizeBytes()
 		}
 	}
@@ -134,12 +134,14 @@ func BenchmarkDedupBudget(b *testing.B) {
 	const live = 2_000_000
 	base := int64(1_700_000_000_000)
 	exp := func(i int) int64 { return base + int64(i)*2*hourMs/live }
+	ads := benchAds()
+	ad := func(i int) string { return ads[i&(len(ads)-1)] }
 	fill := func(b *testing.B, budget int) (*Dedup, int) {
 		db, _ := openTemp(b, Options{})
 		d := db.NewDedup()
 		d.SetFilterBudget(budget)
 		for i := range live {
-			if _, err := d.Insert(i%KeyGroups, "live-"+itoa8(i), exp(i)); err != nil {
+			if _, err := d.Insert(i%KeyGroups, ad(i), "live-"+itoa8(i), exp(i)); err != nil {
 				b.Fatal(err)
 			}
 			if i%50_000 == 49_999 {
@@ -172,7 +174,7 @@ func BenchmarkDedupBudget(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				j := live + i
-				if ok, err := d.Insert(j%KeyGroups, "new-"+itoa8(j), exp(live-1)); err != nil || !ok {
+				if ok, err := d.Insert(j%KeyGroups, ad(j), "new-"+itoa8(j), exp(live-1)); err != nil || !ok {
 					b.Fatalf("insert of new id %d: %v, %v", j, ok, err)
 				}
 				if i%50_000 == 49_999 {

@@ -10,6 +10,8 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/adclick/adclick/windowing"
 )
 
 // KeyGroups is the number of dedup key groups (0..KeyGroups-1). It equals the
@@ -33,17 +35,24 @@ const (
 	partitionBuckets = 1 << partitionShift
 )
 
-// Dedup is one subtask's handle on the dedup sets of its key groups. It is
-// not safe for concurrent use; several Dedups on one DB may be used
-// concurrently as long as they use disjoint key groups.
+// Dedup is one subtask's handle on the dedup sets of its key groups (the
+// key groups of the click ids). It is not safe for concurrent use; several
+// Dedups on one DB may be used concurrently as long as they use disjoint
+// key groups.
 //
-// A click id's identity is (key group, id): the expiry it is inserted with
-// is bookkeeping only, so a copy is a duplicate whatever expiry each copy
-// carries. The DB holds each id once, under the bucket of the latest expiry
-// any of its copies carried (a later copy with a later expiry moves it), so
-// that Expire never forgets an id before the latest of them. (preagg's
-// MemDedup keeps the first copy's expiry instead; both only ever keep ids
-// longer than the first copy needs.)
+// A click's identity is (key group, ad, click id): a copy with the same ad
+// is a duplicate, a copy with another ad is another click. The expiry it
+// is inserted with is bookkeeping only, so a copy is a duplicate whatever
+// expiry each copy carries. The DB holds each (ad, id) once, under the
+// bucket of the latest expiry any of its copies carried (a later copy with
+// a later expiry moves it), so that Expire never forgets it before the
+// latest of them. (preagg's MemDedup keeps the first copy's expiry
+// instead; both only ever keep ids longer than the first copy needs.)
+//
+// Legacy entries, written by the previous version under the click id
+// alone, are read and never written: while they last, a copy of their id
+// is a duplicate whatever its ad, as it was then. They expire as the
+// others do, so they are gone one horizon after the upgrade.
 type Dedup struct {
 	db      *DB
 	pending pendingSet
@@ -56,30 +65,57 @@ type Dedup struct {
 	budget, filterBytes int
 
 	inserted, duplicates int64
+	legacyDuplicates     int64
+	insertedAtDelete     int64 // inserted at the last batched deletion
 	vain, gets, folds    int64
 	touched              uint32 // sink of Prefetch's reads, so they are not optimised away
+
+	// perCell and lag are physicalPerCell and physicalLagBuckets (tests
+	// change them).
+	perCell, lag int64
 }
 
-// keyGroup is a Dedup's in-memory view of one key group.
+// keyGroup is a Dedup's in-memory view of one key group of click ids.
 type keyGroup struct {
-	// parts holds a Bloom filter per live partition of buckets, in
-	// increasing partition order, of every id present in the DB or pending
-	// (and maybe of a few that were discarded or expired since): a new id
-	// (the common case) is answered without reading Pebble. Loaded from the
-	// DB on first use.
-	parts []*partition
-	// probes holds the blocks of every stage of every partition's filter:
-	// what an Insert of a new id tests and Prefetch reads, without going
-	// through the partitions.
-	probes [][][16]uint32
-	loaded bool
-	// maxCount is the most ids a filter of this key group has held, to
-	// size new ones.
+	// cur holds the filters of the entries (ad, id), by the hash of the
+	// pair; legacy those of the legacy entries of the key group, by the hash
+	// of the id. Legacy filters are built by load and never added to, so
+	// once Expire has dropped them (one horizon after the upgrade) an Insert
+	// pays for nothing more than a length test.
+	cur, legacy filters
+	// ads has bit k set if the cell (ad key group k, this key group) may
+	// hold keys, live or expired: Expire and regrow touch only those cells.
+	// legacyKeys is set if legacy keys may remain. Both are cleared once the
+	// DB holds no key of theirs.
+	ads        [KeyGroups / 64]uint64
+	legacyKeys bool
+	loaded     bool
+	// maxCount is the most ids a filter of cur has held, to size new ones.
 	maxCount int
-	// expiredTo is the bucket below which every bucket is known to be
-	// deleted (valid when expiredKnown), so Expire only deletes what is new.
-	expiredTo    int64
-	expiredKnown bool
+	// live is the expiry bound of the key group: every bucket below it is
+	// expired, whether or not its keys are deleted yet. It is kept in the
+	// DB (boundKey) with the deletions, so that a load sees it too.
+	// MinInt64 until an Expire.
+	live int64
+	// deleted is the bucket below which every key is known to be deleted
+	// (valid when deletedKnown): deleted ≤ live. Expire deletes [deleted,
+	// live) in batches (see physicalPerCell).
+	deleted      int64
+	deletedKnown bool
+}
+
+// filters is one kind of entries of a key group, in memory.
+type filters struct {
+	// parts holds a Bloom filter per live partition of buckets, in
+	// increasing partition order, of every entry present in the DB or
+	// pending (and maybe of a few that were discarded or expired since): a
+	// new id (the common case) is answered without reading Pebble. Loaded
+	// from the DB on first use.
+	parts []*partition
+	// probes holds the blocks of every partition's filter: what an Insert
+	// of a new id tests and Prefetch reads, without going through the
+	// partitions.
+	probes [][][16]uint32
 }
 
 // partition is the filter of buckets [index<<partitionShift,
@@ -104,7 +140,7 @@ type partition struct {
 
 // NewDedup returns a Dedup on db with an empty pending batch.
 func (db *DB) NewDedup() *Dedup {
-	return &Dedup{db: db, seed: maphash.MakeSeed()}
+	return &Dedup{db: db, seed: maphash.MakeSeed(), perCell: physicalPerCell, lag: physicalLagBuckets}
 }
 
 // minFilterCapacity is the smallest filter, in ids.
@@ -124,23 +160,28 @@ func (d *Dedup) SetFilterBudget(bytes int) {
 	d.enforceBudget(nil)
 }
 
-// partitionFor returns the partition of bucket in key group kg, creating it
-// (with a filter sized for 1.5 times the largest filter kg has had, or at
-// least want ids) if needed.
+// partitionFor returns the partition of bucket in the entries of key group
+// kg, creating it (with a filter sized for 1.5 times the largest filter kg
+// has had, or at least want ids) if needed.
 func (d *Dedup) partitionFor(kg int, bucket int64, want int) *partition {
 	g := &d.kgs[kg]
-	idx := bucket >> partitionShift
-	i := len(g.parts)
-	for i > 0 && g.parts[i-1].index >= idx {
-		if g.parts[i-1].index == idx {
-			return g.parts[i-1]
+	m := g.maxCount
+	return d.partitionIn(&g.cur, bucket>>partitionShift, max(want, m+m/2, minFilterCapacity))
+}
+
+// partitionIn returns partition idx of fs, creating it with a filter for
+// capacity ids if needed.
+func (d *Dedup) partitionIn(fs *filters, idx int64, capacity int) *partition {
+	i := len(fs.parts)
+	for i > 0 && fs.parts[i-1].index >= idx {
+		if fs.parts[i-1].index == idx {
+			return fs.parts[i-1]
 		}
 		i--
 	}
-	m := g.maxCount
-	p := &partition{index: idx, f: newBlockBloom(max(want, m+m/2, minFilterCapacity))}
-	g.parts = slices.Insert(g.parts, i, p)
-	g.reindex()
+	p := &partition{index: idx, f: newBlockBloom(capacity)}
+	fs.parts = slices.Insert(fs.parts, i, p)
+	fs.reindex()
 	d.filterBytes += p.f.sizeBytes()
 	d.enforceBudget(p)
 	return p
@@ -154,25 +195,30 @@ func (d *Dedup) partitionFor(kg int, bucket int64, want int) *partition {
 // against every live partition of its key group, so the sum of their
 // false-positive rates is what costs, and that sum is least when every
 // filter has the same bits per id.
+//
+// Legacy filters are folded like the others.
 func (d *Dedup) enforceBudget(grown *partition) {
 	for d.budget > 0 && d.filterBytes > d.budget {
-		vkg, victim, best := -1, (*partition)(nil), 0.0
+		vset, victim, best := (*filters)(nil), (*partition)(nil), 0.0
 		for kg := range d.kgs {
-			for _, p := range d.kgs[kg].parts {
-				if !p.f.foldable() {
-					continue
-				}
-				// Densities within 1% count as equal. Room a filter has not
-				// filled yet counts as density, so the room of a partition
-				// still filling is given back first (it costs no false
-				// positive until filled) and the partition is rebuilt
-				// larger again once it holds twice the ids (see foldedAt).
-				dens := p.f.density()
-				switch same := victim != nil && dens <= best*1.01 && dens >= best/1.01; {
-				case victim == nil, !same && dens > best,
-					same && victim == grown && p != grown,
-					same && p != grown && p.index < victim.index:
-					vkg, victim, best = kg, p, dens
+			for _, fs := range [...]*filters{&d.kgs[kg].cur, &d.kgs[kg].legacy} {
+				for _, p := range fs.parts {
+					if !p.f.foldable() {
+						continue
+					}
+					// Densities within 1% count as equal. Room a filter has
+					// not filled yet counts as density, so the room of a
+					// partition still filling is given back first (it costs
+					// no false positive until filled) and the partition is
+					// rebuilt larger again once it holds twice the ids (see
+					// foldedAt).
+					dens := p.f.density()
+					switch same := victim != nil && dens <= best*1.01 && dens >= best/1.01; {
+					case victim == nil, !same && dens > best,
+						same && victim == grown && p != grown,
+						same && p != grown && p.index < victim.index:
+						vset, victim, best = fs, p, dens
+					}
 				}
 			}
 		}
@@ -184,22 +230,48 @@ func (d *Dedup) enforceBudget(grown *partition) {
 		victim.foldedAt = victim.f.count()
 		d.filterBytes -= before - victim.f.sizeBytes()
 		d.folds++
-		d.kgs[vkg].reindex()
+		vset.reindex()
 	}
 }
 
-// reindex rebuilds g.probes from g.parts.
-func (g *keyGroup) reindex() {
-	g.probes = g.probes[:0]
-	for _, p := range g.parts {
-		g.probes = append(g.probes, p.f.blocks)
+// reindex rebuilds fs.probes from fs.parts.
+func (fs *filters) reindex() {
+	fs.probes = fs.probes[:0]
+	for _, p := range fs.parts {
+		fs.probes = append(fs.probes, p.f.blocks)
 	}
 }
 
-// remember adds id (hash h) in bucket to kg's filters. A full filter is
-// first rebuilt larger from the DB and the pending batch: a filter is one
-// Bloom filter, so that an Insert tests one block per partition, and the
-// keys hold what it is rebuilt from.
+// add records hash h in bucket, which p covers.
+func (p *partition) add(bucket int64, h uint64) {
+	j := uint32(bucket & (partitionBuckets - 1))
+	p.f.add(h, j)
+	p.present |= 1 << j
+}
+
+// candidates appends to dst the buckets of fs that may hold hash h, latest
+// first.
+func (fs *filters) candidates(dst []int64, h uint64) []int64 {
+	for i := len(fs.parts) - 1; i >= 0; i-- {
+		pt := fs.parts[i]
+		if !pt.f.mayContain(h) {
+			continue
+		}
+		for m := pt.present; m != 0; {
+			j := uint32(63 - bits.LeadingZeros64(m))
+			m &^= 1 << j
+			if pt.f.mayContainTag(h, j) {
+				dst = append(dst, pt.index<<partitionShift+int64(j))
+			}
+		}
+	}
+	return dst
+}
+
+// remember adds the entry of hash h (pairHash) in bucket to kg's filters. A
+// full filter is first rebuilt larger from the DB and the pending batch: a
+// filter is one Bloom filter, so that an Insert tests one block per
+// partition, and the keys hold what it is rebuilt from.
 func (d *Dedup) remember(kg int, bucket int64, h uint64) error {
 	g := &d.kgs[kg]
 	p := d.partitionFor(kg, bucket, 0)
@@ -208,15 +280,8 @@ func (d *Dedup) remember(kg int, bucket int64, h uint64) error {
 			return err
 		}
 	}
-	j := uint32(bucket & (partitionBuckets - 1))
-	p.f.add(h, j)
-	p.present |= 1 << j
+	p.add(bucket, h)
 	g.maxCount = max(g.maxCount, p.f.count())
-	if g.expiredKnown && bucket < g.expiredTo {
-		// An id already expired by the time it arrives: make sure the next
-		// Expire covers its bucket again.
-		g.expiredTo = bucket
-	}
 	return nil
 }
 
@@ -231,30 +296,36 @@ func (d *Dedup) regrow(kg int, p *partition) error {
 	hi := lo + partitionBuckets
 	f := newBlockBloom(4 * p.f.cap)
 	p.present = 0
-	add := func(bucket int64, id []byte) {
+	add := func(bucket int64, ad, id []byte) {
 		j := uint32(bucket & (partitionBuckets - 1))
-		f.add(maphash.Bytes(d.seed, id), j)
+		f.add(pairHash(maphash.Bytes(d.seed, id), maphash.Bytes(d.seed, ad)), j)
 		p.present |= 1 << j
 	}
+	g := &d.kgs[kg]
 	for i := range d.pending.ents {
 		if e := &d.pending.ents[i]; !e.del && int(e.kg) == kg && e.bucket >= lo && e.bucket < hi {
-			add(e.bucket, d.pending.arena[e.off+keyIDOff:e.off+e.n])
+			_, ad, id, _ := parseDedupKey(d.pending.key(e))
+			add(e.bucket, ad, id)
 		}
 	}
+	lo = max(lo, g.live) // below, expired keys not deleted yet
 	err := d.withGate(func() error {
-		iter, err := d.db.db.NewIter(&pebble.IterOptions{
-			LowerBound: appendDedupKey(nil, kg, lo),
-			UpperBound: appendDedupKey(nil, kg, hi),
-		})
+		iter, err := d.db.db.NewIter(nil)
 		if err != nil {
 			return err
 		}
-		for valid := iter.First(); valid; valid = iter.Next() {
-			k := iter.Key()
-			if len(k) <= keyIDOff {
-				return errors.Join(fmt.Errorf("corrupt key %x", k), iter.Close())
+		for adKg := range KeyGroups {
+			if g.ads[adKg/64]&(1<<(adKg%64)) == 0 {
+				continue
 			}
-			add(int64(binary.BigEndian.Uint64(k[2:keyIDOff])^(1<<63)), k[keyIDOff:])
+			iter.SetBounds(appendCellKey(nil, adKg, kg, lo), appendCellKey(nil, adKg, kg, hi))
+			for valid := iter.First(); valid; valid = iter.Next() {
+				bucket, ad, id, ok := parseDedupKey(iter.Key())
+				if !ok {
+					return errors.Join(fmt.Errorf("corrupt key %x", iter.Key()), iter.Close())
+				}
+				add(bucket, ad, id)
+			}
 		}
 		return iter.Close()
 	})
@@ -263,39 +334,78 @@ func (d *Dedup) regrow(kg int, p *partition) error {
 	}
 	d.filterBytes += f.sizeBytes() - p.f.sizeBytes()
 	p.f = f
-	d.kgs[kg].reindex()
+	g.cur.reindex()
 	d.enforceBudget(p)
 	return nil
 }
 
-// load builds the filters of key group kg from the committed DB. It runs on
-// the Dedup's first use of kg (after a restore: once per key group, reading
-// every id of kg once).
+// load builds the filters of key group kg from the committed DB: its cells
+// of every ad key group, and its legacy entries. It runs on the Dedup's
+// first use of kg (after a restore: once per key group, reading every id of
+// kg once, with one seek per cell).
 func (d *Dedup) load(kg int) error {
-	lower := []byte{prefixDedup, byte(kg)}
-	iter, err := d.db.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
-	if err != nil {
-		return fmt.Errorf("state: dedup load key group %d: %w", kg, err)
-	}
 	type ent struct {
 		h      uint64
 		bucket int64
 	}
-	byPart := map[int64][]ent{}
+	cur, legacy := map[int64][]ent{}, map[int64][]ent{}
+	g := &d.kgs[kg]
+	fail := func(err error) error { return fmt.Errorf("state: dedup load key group %d: %w", kg, err) }
+	g.live = math.MinInt64
+	v, closer, err := d.db.db.Get(boundKey(kg))
+	switch {
+	case err == nil:
+		if len(v) != 8 {
+			err = fmt.Errorf("corrupt expiry bound %x", v)
+		} else {
+			g.live = int64(binary.BigEndian.Uint64(v) ^ (1 << 63))
+		}
+		_ = closer.Close()
+		if err != nil {
+			return fail(err)
+		}
+	case !errors.Is(err, pebble.ErrNotFound):
+		return fail(err)
+	}
+	iter, err := d.db.db.NewIter(nil)
+	if err != nil {
+		return fail(err)
+	}
+	for adKg := range KeyGroups {
+		cell := []byte{prefixDedup, byte(adKg), byte(kg)}
+		iter.SetBounds(cell, prefixEnd(cell))
+		for valid := iter.First(); valid; valid = iter.Next() {
+			bucket, ad, id, ok := parseDedupKey(iter.Key())
+			if !ok {
+				return errors.Join(fail(fmt.Errorf("corrupt key %x", iter.Key())), iter.Close())
+			}
+			g.ads[adKg/64] |= 1 << (adKg % 64)
+			if bucket < g.live {
+				continue // expired, not deleted yet
+			}
+			idx := bucket >> partitionShift
+			cur[idx] = append(cur[idx], ent{pairHash(maphash.Bytes(d.seed, id), maphash.Bytes(d.seed, ad)), bucket})
+		}
+	}
+	lower := []byte{prefixLegacyDedup, byte(kg)}
+	iter.SetBounds(lower, prefixEnd(lower))
 	for valid := iter.First(); valid; valid = iter.Next() {
 		k := iter.Key()
-		if len(k) <= keyIDOff {
-			return errors.Join(fmt.Errorf("state: dedup load key group %d: corrupt key %x", kg, k), iter.Close())
+		if len(k) <= legacyIDOff {
+			return errors.Join(fail(fmt.Errorf("corrupt legacy key %x", k)), iter.Close())
 		}
-		bucket := int64(binary.BigEndian.Uint64(k[2:keyIDOff]) ^ (1 << 63))
+		g.legacyKeys = true
+		bucket := int64(binary.BigEndian.Uint64(k[2:legacyIDOff]) ^ (1 << 63))
+		if bucket < g.live {
+			continue
+		}
 		idx := bucket >> partitionShift
-		byPart[idx] = append(byPart[idx], ent{maphash.Bytes(d.seed, k[keyIDOff:]), bucket})
+		legacy[idx] = append(legacy[idx], ent{maphash.Bytes(d.seed, k[legacyIDOff:]), bucket})
 	}
 	if err := iter.Close(); err != nil {
-		return fmt.Errorf("state: dedup load key group %d: %w", kg, err)
+		return fail(err)
 	}
-	g := &d.kgs[kg]
-	for idx, es := range byPart {
+	for idx, es := range cur {
 		d.partitionFor(kg, idx<<partitionShift, len(es)+len(es)/2)
 		for _, e := range es {
 			if err := d.remember(kg, e.bucket, e.h); err != nil { // sized to fit: no regrow
@@ -303,8 +413,25 @@ func (d *Dedup) load(kg int) error {
 			}
 		}
 	}
+	// Legacy filters are sized for what they hold: nothing is added later.
+	for idx, es := range legacy {
+		p := d.partitionIn(&g.legacy, idx, len(es))
+		for _, e := range es {
+			p.add(e.bucket, e.h)
+		}
+	}
 	g.loaded = true
 	return nil
+}
+
+// pairHash is the filter hash of the entry (ad, id), from the hashes of the
+// id and of the ad: the id's hash alone is a legacy entry's.
+func pairHash(hid, had uint64) uint64 {
+	x := hid ^ (had+0x9e3779b97f4a7c15)*0xbf58476d1ce4e5b9
+	x ^= x >> 31
+	x *= 0x94d049bb133111eb
+	x ^= x >> 29
+	return x
 }
 
 func bucketOf(ms int64) int64 {
@@ -315,22 +442,78 @@ func bucketOf(ms int64) int64 {
 	return b
 }
 
-// appendDedupKey appends the dedup key prefix of (kg, bucket) to dst; the
-// click id follows it.
-func appendDedupKey(dst []byte, kg int, bucket int64) []byte {
-	dst = append(dst, prefixDedup, byte(kg))
+// Dedup keys. An entry is
+//
+//	'e' kg(ad) kg(click id) bucket len(ad) ad id
+//
+// with the key groups one byte each, the bucket 8 bytes (as in
+// appendCellKey) and len(ad) a uvarint: an ad id may hold any byte, 0x00
+// included (ingest accepts control characters), so the length, not a
+// separator, tells where it ends. A legacy entry is
+//
+//	'd' kg(click id) bucket id
+const (
+	keyBucketOff = 3                // the bucket in an entry key
+	keyAdOff     = keyBucketOff + 8 // the ad's length in an entry key
+	legacyIDOff  = 2 + 8            // the click id in a legacy key
+)
+
+// appendCellKey appends to dst the prefix of bucket in the cell (adKg, kg):
+// the bucket is a big-endian int64 with its sign bit flipped, so that
+// negative times order before positive ones.
+func appendCellKey(dst []byte, adKg, kg int, bucket int64) []byte {
+	dst = append(dst, prefixDedup, byte(adKg), byte(kg))
 	return binary.BigEndian.AppendUint64(dst, uint64(bucket)^(1<<63))
 }
 
-// Insert records click id in key group kg (0..KeyGroups-1) with expiry
-// expiryMs (Unix ms, impression + the acceptance horizon). It returns false
-// if id is already present in kg, committed or pending in this Dedup,
-// whatever expiry it was inserted with; if expiryMs lies in a later bucket
-// than the one id is kept under, id is moved there, so that it is kept
-// until the latest expiry of its copies. The insert (or move) is pending
-// until Commit (or an automatic commit when the batch grows past
-// Options.DedupBatchBytes).
-func (d *Dedup) Insert(kg int, id string, expiryMs int64) (inserted bool, err error) {
+// appendDedupKey appends to dst the key of the entry (ad, id) in bucket.
+func appendDedupKey(dst []byte, adKg, kg int, bucket int64, ad, id string) []byte {
+	dst = appendCellKey(dst, adKg, kg, bucket)
+	dst = binary.AppendUvarint(dst, uint64(len(ad)))
+	dst = append(dst, ad...)
+	return append(dst, id...)
+}
+
+// parseDedupKey returns the bucket, ad and id of an entry key (ok false if
+// k is not one).
+func parseDedupKey(k []byte) (bucket int64, ad, id []byte, ok bool) {
+	if len(k) <= keyAdOff || k[0] != prefixDedup {
+		return 0, nil, nil, false
+	}
+	n, w := binary.Uvarint(k[keyAdOff:])
+	rest := k[keyAdOff+max(w, 0):]
+	if w <= 0 || n >= uint64(len(rest)) { // the id is not empty
+		return 0, nil, nil, false
+	}
+	bucket = int64(binary.BigEndian.Uint64(k[keyBucketOff:keyAdOff]) ^ (1 << 63))
+	return bucket, rest[:n], rest[n:], true
+}
+
+// boundKey is the key of the expiry bound of key group kg (keyGroup.live),
+// whose value is the bucket, encoded as in a dedup key.
+func boundKey(kg int) []byte { return []byte{prefixDedupBound, byte(kg)} }
+
+func encodeBucket(bucket int64) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(bucket)^(1<<63))
+}
+
+// appendLegacyKey appends to dst the prefix of bucket in the legacy entries
+// of kg; the click id follows it.
+func appendLegacyKey(dst []byte, kg int, bucket int64) []byte {
+	dst = append(dst, prefixLegacyDedup, byte(kg))
+	return binary.BigEndian.AppendUint64(dst, uint64(bucket)^(1<<63))
+}
+
+// Insert records the click (ad, id), whose click id is in key group kg
+// (0..KeyGroups-1), with expiry expiryMs (Unix ms, impression + the
+// acceptance horizon). It returns false if (ad, id) is already present in
+// kg, committed or pending in this Dedup, whatever expiry it was inserted
+// with, or if a legacy entry holds id (whatever the ad); if expiryMs lies in
+// a later bucket than the one (ad, id) is kept under, it is moved there, so
+// that it is kept until the latest expiry of its copies. The insert (or
+// move) is pending until Commit (or an automatic commit when the batch
+// grows past Options.DedupBatchBytes).
+func (d *Dedup) Insert(kg int, ad, id string, expiryMs int64) (inserted bool, err error) {
 	if kg < 0 || kg >= KeyGroups {
 		return false, fmt.Errorf("state: dedup insert: key group %d out of range", kg)
 	}
@@ -349,78 +532,154 @@ func (d *Dedup) Insert(kg int, id string, expiryMs int64) (inserted bool, err er
 			return false, err
 		}
 	}
-	bucket := bucketOf(expiryMs)
-	h := maphash.String(d.seed, id)
-	ph := pendingHash(h, kg)
-	for _, blocks := range g.probes {
-		if blocksMayContain(blocks, h) {
-			dup, err := d.lookup(kg, id, h, ph, bucket)
+	k := entry{kg: kg, adKg: windowing.KeyGroup(ad), ad: ad, id: id, bucket: bucketOf(expiryMs)}
+	k.hid = maphash.String(d.seed, id)
+	k.h = pairHash(k.hid, maphash.String(d.seed, ad))
+	k.ph = pendingHash(k.h, kg)
+	hit := false
+	for _, blocks := range g.cur.probes {
+		if blocksMayContain(blocks, k.h) {
+			hit = true
+			dup, err := d.lookup(&k)
 			if err != nil || dup {
 				return false, err
 			}
 			break
 		}
 	}
-	// remember first: it may rebuild the filter from the pending batch,
-	// which must not hold the id yet (it would be added twice).
-	if err := d.remember(kg, bucket, h); err != nil {
+	for _, blocks := range g.legacy.probes { // none once legacy entries expired
+		if blocksMayContain(blocks, k.hid) {
+			hit = true
+			dup, err := d.lookupLegacy(&k)
+			if err != nil || dup {
+				return false, err
+			}
+			break
+		}
+	}
+	if hit {
+		d.vain++
+	}
+	if k.bucket < g.live {
+		// Already expired when it arrives (preagg never inserts those: its
+		// horizon rejects them): kept until the next Expire, as any other.
+		if err := d.withGate(func() error { return d.lowerBound(kg, k.bucket) }); err != nil {
+			return false, err
+		}
+	}
+	if err := d.add(&k); err != nil {
 		return false, err
 	}
-	d.pending.add(kg, bucket, id, ph, false)
 	d.inserted++
 	return true, d.commitIfFull()
 }
 
-// lookup is Insert's slow path, after a filter hit: it reports whether id
-// (hash h, pending hash ph) is pending or in the DB, and if it is, moves it
-// to bucket when that is later than the bucket it is kept under.
-func (d *Dedup) lookup(kg int, id string, h, ph uint64, bucket int64) (dup bool, err error) {
+// lowerBound lowers the expiry bound of key group kg to bucket, first
+// deleting the expired keys that are still in the DB between the two, so
+// that lowering the bound brings none of them back. The caller is inside
+// the gate.
+func (d *Dedup) lowerBound(kg int, bucket int64) error {
+	g := &d.kgs[kg]
+	b := d.db.db.NewBatch()
+	defer b.Close()
+	from := bucket
+	if g.deletedKnown {
+		from = max(from, g.deleted)
+	}
+	if from < g.live {
+		if err := d.deleteBuckets(b, kg, from, g.live); err != nil {
+			return err
+		}
+	}
+	if err := b.Set(boundKey(kg), encodeBucket(bucket), nil); err != nil {
+		return fmt.Errorf("state: dedup expiry bound: %w", err)
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("state: dedup expiry bound: %w", err)
+	}
+	g.live = bucket
+	if g.deletedKnown {
+		// Below from, what was not deleted is below the new bound too.
+		g.deleted = min(g.deleted, bucket)
+	}
+	return nil
+}
+
+// deleteBuckets adds to b the deletion of the keys of key group kg, both
+// kinds, in buckets [from, to): one range per cell that may hold keys, and
+// one for the legacy keys if any may remain.
+func (d *Dedup) deleteBuckets(b *pebble.Batch, kg int, from, to int64) error {
+	g := &d.kgs[kg]
+	for adKg := range KeyGroups {
+		if g.ads[adKg/64]&(1<<(adKg%64)) == 0 {
+			continue
+		}
+		if err := b.DeleteRange(appendCellKey(nil, adKg, kg, from), appendCellKey(nil, adKg, kg, to), nil); err != nil {
+			return fmt.Errorf("state: dedup expire: %w", err)
+		}
+	}
+	if g.legacyKeys {
+		if err := b.DeleteRange(appendLegacyKey(nil, kg, from), appendLegacyKey(nil, kg, to), nil); err != nil {
+			return fmt.Errorf("state: dedup expire: %w", err)
+		}
+	}
+	return nil
+}
+
+// entry is the click an Insert is about: its key groups, ad, id and
+// bucket, and its hashes (of the id, of the pair, in the pending set).
+type entry struct {
+	kg, adKg   int
+	ad, id     string
+	bucket     int64
+	hid, h, ph uint64
+}
+
+// add makes k pending in its bucket. The caller has made sure that (ad, id)
+// is not pending yet.
+func (d *Dedup) add(k *entry) error {
+	// remember first: it may rebuild the filter from the pending batch,
+	// which must not hold the entry yet (it would be added twice).
+	if err := d.remember(k.kg, k.bucket, k.h); err != nil {
+		return err
+	}
+	d.kgs[k.kg].ads[k.adKg/64] |= 1 << (k.adKg % 64)
+	d.pending.add(k.kg, k.adKg, k.bucket, k.ad, k.id, k.ph, false)
+	return nil
+}
+
+// lookup is Insert's slow path, after a filter hit: it reports whether k is
+// pending or in the DB, and if it is, moves it to k's bucket when that is
+// later than the bucket it is kept under.
+func (d *Dedup) lookup(k *entry) (dup bool, err error) {
 	p := &d.pending
-	if i := p.find(kg, id, ph); i >= 0 {
+	if i := p.find(k.kg, k.ad, k.id, k.ph); i >= 0 {
 		d.duplicates++
-		if bucket > p.ents[i].bucket {
-			p.setBucket(i, bucket)
-			return true, d.remember(kg, bucket, h)
+		if k.bucket > p.ents[i].bucket {
+			p.setBucket(i, k.bucket)
+			return true, d.remember(k.kg, k.bucket, k.h)
 		}
 		return true, nil
 	}
-	// The buckets that may hold id, latest first: the first found is the
+	// The buckets that may hold it, latest first: the first found is the
 	// one it is kept under (there is only one, but the latest is the right
 	// one to keep if there were several).
 	var buf [4 * partitionBuckets]int64
-	cands := buf[:0]
-	g := &d.kgs[kg]
-	for i := len(g.parts) - 1; i >= 0; i-- {
-		pt := g.parts[i]
-		if !pt.f.mayContain(h) {
-			continue
-		}
-		for m := pt.present; m != 0; {
-			j := uint32(63 - bits.LeadingZeros64(m))
-			m &^= 1 << j
-			if pt.f.mayContainTag(h, j) {
-				cands = append(cands, pt.index<<partitionShift+int64(j))
-			}
-		}
-	}
+	cands := d.kgs[k.kg].cur.candidates(buf[:0], k.h)
 	if len(cands) == 0 {
-		d.vain++
 		return false, nil
 	}
-	found, at, err := d.findCommitted(kg, id, cands)
+	found, at, err := d.findCommitted(k, false, cands)
 	if err != nil || !found {
-		if err == nil {
-			d.vain++
-		}
 		return false, err
 	}
 	d.duplicates++
-	if bucket > at {
-		// Rare: a copy with a later expiry than the kept one. Move the id:
+	if k.bucket > at {
+		// Rare: a copy with a later expiry than the kept one. Move it:
 		// delete the old key and set the new one in the same batch.
-		p.add(kg, at, id, 0, true)
-		p.add(kg, bucket, id, ph, false)
-		if err := d.remember(kg, bucket, h); err != nil {
+		p.add(k.kg, k.adKg, at, k.ad, k.id, 0, true)
+		p.add(k.kg, k.adKg, k.bucket, k.ad, k.id, k.ph, false)
+		if err := d.remember(k.kg, k.bucket, k.h); err != nil {
 			return true, err
 		}
 		return true, d.commitIfFull()
@@ -428,16 +687,47 @@ func (d *Dedup) lookup(kg int, id string, h, ph uint64, bucket int64) (dup bool,
 	return true, nil
 }
 
-// findCommitted looks id up in the DB in each of buckets (in order) and
-// returns the first bucket that holds it.
-func (d *Dedup) findCommitted(kg int, id string, buckets []int64) (found bool, at int64, err error) {
+// lookupLegacy is Insert's slow path after a hit of a legacy filter, once
+// lookup found no entry of k: it reports whether a legacy entry holds k's
+// id. If one does in an earlier bucket than k's, k is added in its own
+// bucket (the legacy entry is never moved), so that (ad, id) is kept until
+// the latest expiry of its copies.
+func (d *Dedup) lookupLegacy(k *entry) (dup bool, err error) {
+	var buf [4 * partitionBuckets]int64
+	cands := d.kgs[k.kg].legacy.candidates(buf[:0], k.hid)
+	if len(cands) == 0 {
+		return false, nil
+	}
+	found, at, err := d.findCommitted(k, true, cands)
+	if err != nil || !found {
+		return false, err
+	}
+	d.duplicates++
+	d.legacyDuplicates++
+	if k.bucket > at {
+		if err := d.add(k); err != nil {
+			return true, err
+		}
+		return true, d.commitIfFull()
+	}
+	return true, nil
+}
+
+// findCommitted looks k (or, if legacy, the legacy entry of its id) up in
+// the DB in each of buckets (in order) and returns the first bucket that
+// holds it.
+func (d *Dedup) findCommitted(k *entry, legacy bool, buckets []int64) (found bool, at int64, err error) {
 	if err := d.db.enter(); err != nil {
 		return false, 0, err
 	}
 	defer d.db.gate.Leave()
 	for _, b := range buckets {
 		d.gets++
-		d.key = append(appendDedupKey(d.key[:0], kg, b), id...)
+		if legacy {
+			d.key = append(appendLegacyKey(d.key[:0], k.kg, b), k.id...)
+		} else {
+			d.key = appendDedupKey(d.key[:0], k.adKg, k.kg, b, k.ad, k.id)
+		}
 		_, closer, err := d.db.db.Get(d.key)
 		switch {
 		case err == nil:
@@ -468,27 +758,58 @@ func (d *Dedup) withGate(fn func() error) error {
 	return fn()
 }
 
-// Prefetch reads the filter blocks that an Insert of id in key group kg
-// would test (one per live partition of kg; expiryMs does not choose them),
-// and changes nothing. The filters of a busy subtask are far larger than
-// the processor's caches, so each Insert of a new id waits on cache misses;
-// calling Prefetch for a batch of ids before inserting them lets those
-// misses overlap instead.
-func (d *Dedup) Prefetch(kg int, id string, expiryMs int64) {
-	if kg < 0 || kg >= KeyGroups || len(d.kgs[kg].probes) == 0 {
+// Prefetch reads the filter blocks that an Insert of (ad, id) in key group
+// kg would test (one per live partition of kg, and one per legacy one;
+// expiryMs does not choose them), and changes nothing. The filters of a
+// busy subtask are far larger than the processor's caches, so each Insert
+// of a new id waits on cache misses; calling Prefetch for a batch of ids
+// before inserting them lets those misses overlap instead.
+func (d *Dedup) Prefetch(kg int, ad, id string, expiryMs int64) {
+	if kg < 0 || kg >= KeyGroups {
 		return
 	}
-	h := maphash.String(d.seed, id)
-	for _, blocks := range d.kgs[kg].probes {
+	g := &d.kgs[kg]
+	if len(g.cur.probes) == 0 && len(g.legacy.probes) == 0 {
+		return
+	}
+	hid := maphash.String(d.seed, id)
+	h := pairHash(hid, maphash.String(d.seed, ad))
+	for _, blocks := range g.cur.probes {
 		hi, _ := bits.Mul64(h, uint64(len(blocks)))
+		d.touched += blocks[hi][0]
+	}
+	for _, blocks := range g.legacy.probes {
+		hi, _ := bits.Mul64(hid, uint64(len(blocks)))
 		d.touched += blocks[hi][0]
 	}
 }
 
-// Expire removes every id of key groups [kgFrom, kgTo) whose expiry bucket
-// (of the latest expiry of its copies) ends at or before beforeMs (Unix ms,
-// the watermark): one range deletion per key group, covering only buckets
-// not already expired by this Dedup. Pending inserts are committed with it.
+// Batched deletion. Deleting the expired buckets of every cell at every
+// Expire costs a range deletion per cell and minute: 16,384 a minute for a
+// Dedup holding every key group, each of which the next read of Pebble's
+// memtable fragments again with all the others it holds. At a high rate
+// that is nothing per click, but at a low one (the memtable lives long) it
+// cost more than all the inserts. So Expire moves the bound at once and
+// deletes the keys below it only when enough has passed: once the Dedup
+// has inserted physicalPerCell entries per cell since the last deletion
+// (every minute at 100,000 clicks/s), or the bound has moved
+// physicalLagBuckets past the deleted buckets. Until then the DB holds
+// expired keys, which nothing reads: the bound is in the DB, and every
+// reader skips the keys below it.
+const (
+	physicalPerCell    = 64
+	physicalLagBuckets = 32
+)
+
+// Expire removes every entry of key groups [kgFrom, kgTo) whose expiry
+// bucket (of the latest expiry of its copies) ends at or before beforeMs
+// (Unix ms, the watermark), legacy entries included. It sets the key
+// groups' expiry bound, which every reader of the DB applies at once, and
+// deletes the keys below it in batches (see physicalPerCell): one range
+// deletion per cell (ad key group, key group) that may hold keys, and one
+// per key group while legacy keys may remain, covering only buckets not
+// already deleted by this Dedup. Pending inserts are committed with it. A
+// key group not used yet is loaded first, so that its cells are known.
 func (d *Dedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 	if kgFrom < 0 || kgTo > KeyGroups || kgFrom > kgTo {
 		return fmt.Errorf("state: dedup expire: key groups [%d,%d) out of range", kgFrom, kgTo)
@@ -501,48 +822,88 @@ func (d *Dedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 	if err := d.commitLocked(); err != nil {
 		return err
 	}
+	cells := 0
+	for kg := kgFrom; kg < kgTo; kg++ {
+		g := &d.kgs[kg]
+		if !g.loaded {
+			if err := d.load(kg); err != nil {
+				return err
+			}
+		}
+		for _, w := range g.ads {
+			cells += bits.OnesCount64(w)
+		}
+	}
+	byCount := d.inserted-d.insertedAtDelete >= d.perCell*int64(max(cells, 1))
 	b := d.db.db.NewBatch()
 	defer b.Close()
 	for kg := kgFrom; kg < kgTo; kg++ {
 		g := &d.kgs[kg]
-		start := int64(math.MinInt64)
-		if g.expiredKnown {
-			start = g.expiredTo
+		if end > g.live {
+			g.live = end
+			if err := b.Set(boundKey(kg), encodeBucket(end), nil); err != nil {
+				return fmt.Errorf("state: dedup expire: %w", err)
+			}
 		}
-		if end <= start {
+		if g.deletedKnown && (g.deleted >= g.live || !byCount && g.live-g.deleted < d.lag) {
 			continue
 		}
-		if err := b.DeleteRange(appendDedupKey(nil, kg, start), appendDedupKey(nil, kg, end), nil); err != nil {
-			return fmt.Errorf("state: dedup expire: %w", err)
+		from := int64(math.MinInt64)
+		if g.deletedKnown {
+			from = g.deleted
 		}
-		g.expiredTo, g.expiredKnown = end, true
+		if err := d.deleteBuckets(b, kg, from, g.live); err != nil {
+			return err
+		}
+		g.deleted, g.deletedKnown = g.live, true
+	}
+	if byCount {
+		d.insertedAtDelete = d.inserted
 	}
 	if !b.Empty() {
 		if err := b.Commit(pebble.NoSync); err != nil {
 			return fmt.Errorf("state: dedup expire: %w", err)
 		}
 	}
-	// Every bucket below end is now empty (those below expiredTo were
-	// already): clear them from the partitions, and drop the partitions left
-	// with none.
+	// Every bucket below the bound is now expired: clear them from the
+	// partitions, and drop the partitions left with none. A key group whose
+	// keys are all deleted and that holds no live entry has no key left.
 	for kg := kgFrom; kg < kgTo; kg++ {
 		g := &d.kgs[kg]
-		g.parts = slices.DeleteFunc(g.parts, func(p *partition) bool {
-			switch lo := p.index << partitionShift; {
-			case lo+partitionBuckets <= end:
-				p.present = 0
-			case lo < end:
-				p.present &^= 1<<(end-lo) - 1
+		d.expireFilters(&g.cur, g.live)
+		d.expireFilters(&g.legacy, g.live)
+		if g.deletedKnown && g.deleted == g.live {
+			if len(g.cur.parts) == 0 {
+				g.ads = [len(g.ads)]uint64{}
 			}
-			if p.present == 0 {
-				d.filterBytes -= p.f.sizeBytes()
-				return true
+			if len(g.legacy.parts) == 0 {
+				g.legacyKeys = false
 			}
-			return false
-		})
-		g.reindex()
+		}
 	}
 	return nil
+}
+
+// expireFilters clears the buckets below end from the partitions of fs and
+// drops the partitions left with none.
+func (d *Dedup) expireFilters(fs *filters, end int64) {
+	n := len(fs.parts)
+	fs.parts = slices.DeleteFunc(fs.parts, func(p *partition) bool {
+		switch lo := p.index << partitionShift; {
+		case lo+partitionBuckets <= end:
+			p.present = 0
+		case lo < end:
+			p.present &^= 1<<(end-lo) - 1
+		}
+		if p.present == 0 {
+			d.filterBytes -= p.f.sizeBytes()
+			return true
+		}
+		return false
+	})
+	if len(fs.parts) != n {
+		fs.reindex()
+	}
 }
 
 // Commit makes the pending inserts and expiries visible in the DB (and so
@@ -591,7 +952,7 @@ func (d *Dedup) commitLocked() error {
 func (d *Dedup) Discard() {
 	d.pending.reset()
 	for kg := range d.kgs {
-		d.kgs[kg].expiredKnown = false
+		d.kgs[kg].deletedKnown = false
 	}
 }
 
@@ -604,6 +965,10 @@ func (d *Dedup) FilterBytes() int { return d.filterBytes }
 // DedupStats are a Dedup's counters since it was created.
 type DedupStats struct {
 	Inserted, Duplicates int64
+	// LegacyDuplicates counts the Duplicates answered by a legacy entry
+	// (of the previous version, by click id alone): zero from one horizon
+	// after the upgrade.
+	LegacyDuplicates int64
 	// VainLookups counts Inserts of new ids that a filter could not answer
 	// (a false positive) and Gets the point lookups in Pebble made by
 	// Inserts, in vain or not.
@@ -617,12 +982,12 @@ type DedupStats struct {
 // Stats returns the Dedup's counters.
 func (d *Dedup) Stats() DedupStats {
 	return DedupStats{
-		Inserted: d.inserted, Duplicates: d.duplicates,
+		Inserted: d.inserted, Duplicates: d.duplicates, LegacyDuplicates: d.legacyDuplicates,
 		VainLookups: d.vain, Gets: d.gets, Folds: d.folds, FilterBytes: d.filterBytes,
 	}
 }
 
-// Count returns how many ids this Dedup inserted and how many Inserts it
+// Count returns how many entries this Dedup inserted and how many Inserts it
 // found to be duplicates since it was created.
 func (d *Dedup) Count() (inserted, duplicates int64) {
 	return d.inserted, d.duplicates

@@ -1,11 +1,13 @@
 package state
 
 import (
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"path/filepath"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"pgregory.net/rapid"
 )
 
@@ -13,12 +15,13 @@ import (
 // from it.
 const base = int64(1_699_999_980_000)
 
-// TestDedupIdentityIsClickID: two copies of one click id are one click,
-// whatever expiry each carries (impressions 1 ms apart across a minute
-// boundary, an hour apart, the later copy with the earlier impression or
-// the later one), whether the first copy is pending, committed, in a
+// TestDedupIdentityIsAdAndClickID: two copies of one click id with the
+// same ad are one click, whatever expiry each carries (impressions 1 ms
+// apart across a minute boundary, an hour apart, the later copy with the
+// earlier impression or the later one), and a copy with another ad is
+// another click, whether the first copy is pending, committed, in a
 // restored checkpoint, or loaded by a fresh Dedup on the same DB.
-func TestDedupIdentityIsClickID(t *testing.T) {
+func TestDedupIdentityIsAdAndClickID(t *testing.T) {
 	const m = BucketMs
 	type copies struct {
 		name       string
@@ -83,7 +86,9 @@ func TestDedupIdentityIsClickID(t *testing.T) {
 				mustInsert(t, d, 7, "click", tc.first, false)
 				mustInsert(t, d, 7, "click", tc.dup+3*hourMs, false) // a third copy, later still
 				mustInsert(t, d, 7, "other", tc.first, false)
-				mustInsert(t, d, 8, "click", tc.dup, true) // another key group is another click
+				mustInsert(t, d, 8, "click", tc.dup, true)           // another key group is another click
+				mustInsertAd(t, d, 7, "ad_2", "click", tc.dup, true) // so is another ad
+				mustInsertAd(t, d, 7, "ad_2", "click", tc.first, false)
 				mustInsert(t, d, 7, "new", tc.dup, true)
 				if err := d.Commit(); err != nil {
 					t.Fatal(err)
@@ -94,6 +99,8 @@ func TestDedupIdentityIsClickID(t *testing.T) {
 				}
 				mustInsert(t, d2, 7, "click", tc.first-hourMs, false)
 				mustInsert(t, d2, 7, "click", tc.dup, false)
+				mustInsertAd(t, d2, 7, "ad_2", "click", tc.first, false)
+				mustInsertAd(t, d2, 7, "ad_3", "click", tc.first, true)
 			})
 		}
 	}
@@ -158,7 +165,8 @@ func TestDedupExpireKeepsLatestExpiry(t *testing.T) {
 	}
 }
 
-// refEntry is the reference model's knowledge of one (key group, id).
+// refEntry is the reference model's knowledge of one (key group, ad, id),
+// or of one legacy (key group, id).
 type refEntry struct {
 	maxExp int64 // the latest expiry of any copy since it was (re)inserted
 	// must: no Expire since has had beforeMs > maxExp, so the id must be a
@@ -167,27 +175,57 @@ type refEntry struct {
 	must bool
 }
 
+// refKey is a click in the reference model: ad is "" for a legacy entry.
 type refKey struct {
-	kg int
-	id string
+	kg     int
+	ad, id string
+}
+
+// fataler is what testing.TB and rapid.T have in common that the helpers
+// use.
+type fataler interface {
+	Helper()
+	Fatal(args ...any)
+}
+
+// writeLegacy writes the dedup entry of id in key group kg with expiry exp
+// as the previous version did: 'd', the key group, the bucket (the minute
+// of the expiry, big-endian with the sign bit flipped), the id. It writes
+// the bytes itself, not through the code that reads them.
+func writeLegacy(t fataler, db *DB, kg int, id string, exp int64) {
+	t.Helper()
+	bucket := exp / 60_000
+	if exp%60_000 < 0 {
+		bucket--
+	}
+	k := []byte{'d', byte(kg)}
+	k = binary.BigEndian.AppendUint64(k, uint64(bucket)^(1<<63))
+	k = append(k, id...)
+	if err := db.db.Set(k, nil, pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestDedupMatchesReference runs random sequences of Insert, Expire, Commit,
 // Discard, fresh Dedups and checkpoint restores against a naive model (a map
-// from id to its latest expiry). An id the model holds and no Expire has
-// passed must be a duplicate; an id whose latest expiry's bucket has been
-// expired, or never inserted, must be new; in between (expired, but its
-// bucket not yet) either answer is allowed and the model follows the
-// Dedup's.
+// from (key group, ad, id) to its latest expiry, and one from (key group,
+// id) for legacy entries, written as the previous version did before the
+// run). A click the model holds, or whose id a legacy entry holds, and no
+// Expire has passed must be a duplicate; one whose latest expiry's bucket
+// has been expired, or never inserted, and no legacy entry of its id, must
+// be new; in between (expired, but its bucket not yet) either answer is
+// allowed and the model follows the Dedup's.
 func TestDedupMatchesReference(t *testing.T) {
 	const m = BucketMs
 	root := t.TempDir()
 	run := 0
-	// Few ids and expiries over a quarter of an hour (crossing a filter
-	// partition boundary from each origin), so that copies, moves and
-	// expiries meet often.
+	// Few ids, ads and expiries over a quarter of an hour (crossing a
+	// filter partition boundary from each origin), so that copies, moves
+	// and expiries meet often. With a separator byte and no length, the ad
+	// "a\x00b" with the id "c" would be the ad "a" with the id "b\x00c".
 	kgs := []int{0, KeyGroups - 1}
-	ids := []string{"a", "b", "c", "d"}
+	ads := []string{"a", "a\x00b", "ad_7"}
+	ids := []string{"b\x00c", "c", "d", "e"}
 	rapid.Check(t, func(rt *rapid.T) {
 		run++
 		dir := filepath.Join(root, fmt.Sprint(run))
@@ -203,11 +241,6 @@ func TestDedupMatchesReference(t *testing.T) {
 			rt.Fatal(err)
 		}
 		defer func() { _ = db.Close() }()
-		// A tiny budget folds every filter to its smallest: the Dedup must
-		// stay exact on lookups alone.
-		budget := rapid.SampledFrom([]int{0, 0, 1, 4 << 10}).Draw(rt, "budget")
-		d := db.NewDedup()
-		d.SetFilterBudget(budget)
 		origin := rapid.SampledFrom([]int64{base, 0, -37 * m}).Draw(rt, "origin")
 		expiry := rapid.OneOf(
 			rapid.Int64Range(-2*m, 15*m),
@@ -215,36 +248,79 @@ func TestDedupMatchesReference(t *testing.T) {
 				return rapid.Int64Range(-2, 15).Draw(rt, "minute")*m - rapid.Int64Range(0, 1).Draw(rt, "back")
 			}),
 		)
+		// Half of the runs start from a DB the previous version wrote.
+		legacy := map[refKey]refEntry{}
+		if rapid.Bool().Draw(rt, "legacy") {
+			for _, kg := range kgs {
+				for _, id := range ids {
+					if rapid.Bool().Draw(rt, "legacy id") {
+						exp := origin + expiry.Draw(rt, "legacy expiry")
+						writeLegacy(rt, db, kg, id, exp)
+						legacy[refKey{kg, "", id}] = refEntry{maxExp: exp, must: true}
+					}
+				}
+			}
+		}
+		// A tiny budget folds every filter to its smallest: the Dedup must
+		// stay exact on lookups alone.
+		budget := rapid.SampledFrom([]int{0, 0, 1, 4 << 10}).Draw(rt, "budget")
+		// Expired keys deleted at every Expire, or left in the DB for a few
+		// buckets or for longer than the run: readers must not tell.
+		perCell := rapid.SampledFrom([]int64{0, physicalPerCell}).Draw(rt, "per cell")
+		lag := rapid.SampledFrom([]int64{1, 3, physicalLagBuckets}).Draw(rt, "lag")
+		newDedup := func() *Dedup {
+			d := db.NewDedup()
+			d.SetFilterBudget(budget)
+			d.perCell, d.lag = perCell, lag
+			return d
+		}
+		d := newDedup()
 		model := map[refKey]refEntry{}
 		committed := maps.Clone(model) // the model as of the last commit
 		var ckpt string                // the last checkpoint, if any
-		var ckptModel map[refKey]refEntry
+		var ckptModel, ckptLegacy map[refKey]refEntry
 		commit := func() {
 			if err := d.Commit(); err != nil {
 				rt.Fatal(err)
 			}
 			committed = maps.Clone(model)
 		}
+		expire := func(model map[refKey]refEntry, from, to int, before int64) {
+			for key, e := range model {
+				if key.kg < from || key.kg >= to {
+					continue
+				}
+				if bucketOf(e.maxExp) < bucketOf(before) {
+					delete(model, key)
+				} else if e.maxExp < before {
+					model[key] = refEntry{maxExp: e.maxExp}
+				}
+			}
+		}
 		n := rapid.IntRange(1, 80).Draw(rt, "ops")
 		for op := range n {
 			switch k := rapid.IntRange(0, 20).Draw(rt, "kind"); {
 			case k < 10: // Insert
-				key := refKey{rapid.SampledFrom(kgs).Draw(rt, "kg"), rapid.SampledFrom(ids).Draw(rt, "id")}
+				key := refKey{rapid.SampledFrom(kgs).Draw(rt, "kg"), rapid.SampledFrom(ads).Draw(rt, "ad"), rapid.SampledFrom(ids).Draw(rt, "id")}
 				exp := origin + expiry.Draw(rt, "expiry")
-				got, err := d.Insert(key.kg, key.id, exp)
+				got, err := d.Insert(key.kg, key.ad, key.id, exp)
 				if err != nil {
 					rt.Fatal(err)
 				}
 				e, held := model[key]
-				if held && e.must && got {
-					rt.Fatalf("op %d: Insert(%d, %q, %d) = true, want false (held with latest expiry %d)", op, key.kg, key.id, exp, e.maxExp)
+				l, legacyHeld := legacy[refKey{key.kg, "", key.id}]
+				if got && (held && e.must || legacyHeld && l.must) {
+					rt.Fatalf("op %d: Insert(%d, %q, %q, %d) = true, want false (held with latest expiry %d: %v; legacy entry with expiry %d: %v)",
+						op, key.kg, key.ad, key.id, exp, e.maxExp, held, l.maxExp, legacyHeld)
 				}
-				if !held && !got {
-					rt.Fatalf("op %d: Insert(%d, %q, %d) = false, want true (never inserted, or its bucket expired)", op, key.kg, key.id, exp)
+				if !held && !legacyHeld && !got {
+					rt.Fatalf("op %d: Insert(%d, %q, %q, %d) = false, want true (never inserted, or its bucket expired, and no legacy entry)",
+						op, key.kg, key.ad, key.id, exp)
 				}
-				if got {
+				switch {
+				case got, !held: // new, or a duplicate of the legacy entry
 					model[key] = refEntry{maxExp: exp, must: true}
-				} else {
+				default:
 					model[key] = refEntry{maxExp: max(e.maxExp, exp), must: true}
 				}
 				if autoCommits {
@@ -259,23 +335,14 @@ func TestDedupMatchesReference(t *testing.T) {
 				if err := d.Expire(from, to, before); err != nil {
 					rt.Fatal(err)
 				}
-				for key, e := range model {
-					if key.kg < from || key.kg >= to {
-						continue
-					}
-					if bucketOf(e.maxExp) < bucketOf(before) {
-						delete(model, key)
-					} else if e.maxExp < before {
-						model[key] = refEntry{maxExp: e.maxExp}
-					}
-				}
+				expire(model, from, to, before)
+				expire(legacy, from, to, before)
 				committed = maps.Clone(model)
 			case k == 14:
 				commit()
 			case k == 15 || k == 16: // a fresh Dedup on the same DB: filters rebuilt by load
 				commit()
-				d = db.NewDedup()
-				d.SetFilterBudget(budget)
+				d = newDedup()
 			case k == 17: // Discard
 				if autoCommits {
 					continue
@@ -288,13 +355,13 @@ func TestDedupMatchesReference(t *testing.T) {
 				if err := db.Checkpoint(ckpt); err != nil {
 					rt.Fatal(err)
 				}
-				ckptModel = maps.Clone(model)
+				ckptModel, ckptLegacy = maps.Clone(model), maps.Clone(legacy)
 			case k == 20: // Bulk: 270 fresh ids fill a filter, which is rebuilt larger
 				kg := rapid.SampledFrom(kgs).Draw(rt, "kg")
 				for i := range 270 {
-					id, exp := fmt.Sprintf("bulk-%d-%d", op, i), origin+int64(i%17-2)*m+int64(i)
-					if got, err := d.Insert(kg, id, exp); err != nil || !got {
-						rt.Fatalf("op %d: Insert(%d, %q, %d) = %v, %v, want true, nil (a fresh id)", op, kg, id, exp, got, err)
+					ad, id, exp := ads[i%len(ads)], fmt.Sprintf("bulk-%d-%d", op, i), origin+int64(i%17-2)*m+int64(i)
+					if got, err := d.Insert(kg, ad, id, exp); err != nil || !got {
+						rt.Fatalf("op %d: Insert(%d, %q, %q, %d) = %v, %v, want true, nil (a fresh id)", op, kg, ad, id, exp, got, err)
 					}
 				}
 			default: // Restore the last checkpoint (a crash)
@@ -308,9 +375,8 @@ func TestDedupMatchesReference(t *testing.T) {
 				if err != nil {
 					rt.Fatal(err)
 				}
-				d = db.NewDedup()
-				d.SetFilterBudget(budget)
-				model = maps.Clone(ckptModel)
+				d = newDedup()
+				model, legacy = maps.Clone(ckptModel), maps.Clone(ckptLegacy)
 				committed = maps.Clone(model)
 			}
 		}

@@ -9,10 +9,11 @@ import (
 
 // pendingSet holds a Dedup's writes not yet applied to the DB: the keys
 // back to back in one arena, an entry per key, and an open-addressing hash
-// table over the entries that set a key, indexed by (key group, id), for
-// the rare "seen?" question the Bloom filters cannot answer. An entry
-// either sets a key (a new id, or an id moved to a later bucket) or deletes
-// one (the bucket an id moved from). Memory is reused across commits, so an
+// table over the entries that set a key, indexed by (key group, ad, id),
+// for the rare "seen?" question the Bloom filters cannot answer. An entry
+// either sets a key (a new entry, or one moved to a later bucket) or
+// deletes one (the bucket an entry moved from). Legacy entries are never
+// pending. Memory is reused across commits, so an
 // Insert allocates nothing in steady state.
 type pendingSet struct {
 	arena []byte
@@ -24,24 +25,22 @@ type pendingSet struct {
 	order []sortEnt // reused by sorted
 }
 
-// pendingEnt is one pending key: arena[off:off+n], in key group kg and
-// expiry bucket, to set or (del) to delete.
+// pendingEnt is one pending key: arena[off:off+n], in key group kg (of the
+// click id), ad key group adKg and expiry bucket, to set or (del) to
+// delete.
 type pendingEnt struct {
-	bucket int64
-	hash   uint64
-	off, n uint32
-	kg     uint8
-	del    bool
+	bucket   int64
+	hash     uint64
+	off, n   uint32
+	kg, adKg uint8
+	del      bool
 }
 
-// keyIDOff is the offset of the click id in a dedup key: prefix, key
-// group, bucket.
-const keyIDOff = 2 + 8
-
-// sortEnt orders entry i by k: key group, bucket relative to the batch's
-// smallest, the id's first six bytes (or, for a bucket 511 or more after
-// the smallest, key group alone); ties are broken by the whole key. Sorting these 16-byte values moves far less memory than
-// sorting the entries.
+// sortEnt orders entry i by k: ad key group, key group, bucket relative to
+// the batch's smallest, then the first 41 bits of what follows the bucket
+// in the key (or, for a bucket 511 or more after the smallest, the key
+// groups alone); ties are broken by the whole key. Sorting these 16-byte
+// values moves far less memory than sorting the entries.
 type sortEnt struct {
 	k uint64
 	i uint32
@@ -55,9 +54,9 @@ func (p *pendingSet) sizeBytes() int { return len(p.arena) + 4*len(p.ents) }
 
 func (p *pendingSet) key(e *pendingEnt) []byte { return p.arena[e.off : e.off+e.n] }
 
-// pendingHash mixes the filter hash of an id with its key group. The bucket
-// is not part of it: an id is pending at most once per key group, whatever
-// its bucket.
+// pendingHash mixes the filter hash of an entry (pairHash) with its key
+// group. The bucket is not part of it: an entry is pending at most once,
+// whatever its bucket.
 func pendingHash(h uint64, kg int) uint64 {
 	x := h ^ (uint64(kg) * 0x9e3779b97f4a7c15)
 	x ^= x >> 32
@@ -66,9 +65,9 @@ func pendingHash(h uint64, kg int) uint64 {
 	return x
 }
 
-// find returns the index of the entry that sets id in key group kg (with
-// hash ph), or -1.
-func (p *pendingSet) find(kg int, id string, ph uint64) int {
+// find returns the index of the entry that sets (ad, id) in key group kg
+// (with hash ph), or -1.
+func (p *pendingSet) find(kg int, ad, id string, ph uint64) int {
 	if len(p.table) == 0 {
 		return -1
 	}
@@ -79,19 +78,27 @@ func (p *pendingSet) find(kg int, id string, ph uint64) int {
 			return -1
 		}
 		e := &p.ents[s-1]
-		if e.hash == ph && int(e.kg) == kg && string(p.arena[e.off+keyIDOff:e.off+e.n]) == id {
+		if e.hash == ph && int(e.kg) == kg && e.holds(p.arena, ad, id) {
 			return int(s - 1)
 		}
 	}
 }
 
-// add appends the key (kg, bucket, id) to set, or (del) to delete, with
-// hash ph. The caller has made sure that no entry sets id in kg yet (for a
-// set) and that the key is not pending (for a delete): the keys stay
-// distinct.
-func (p *pendingSet) add(kg int, bucket int64, id string, ph uint64, del bool) {
+// holds reports whether e's key, in arena, is of (ad, id).
+func (e *pendingEnt) holds(arena []byte, ad, id string) bool {
+	k := arena[e.off+keyAdOff : e.off+e.n]
+	n, w := binary.Uvarint(k)
+	return w > 0 && n == uint64(len(ad)) && len(k) == w+len(ad)+len(id) &&
+		string(k[w:w+len(ad)]) == ad && string(k[w+len(ad):]) == id
+}
+
+// add appends the key (kg, adKg, bucket, ad, id) to set, or (del) to
+// delete, with hash ph. The caller has made sure that no entry sets (ad,
+// id) in kg yet (for a set) and that the key is not pending (for a
+// delete): the keys stay distinct.
+func (p *pendingSet) add(kg, adKg int, bucket int64, ad, id string, ph uint64, del bool) {
 	off := len(p.arena)
-	p.arena = append(appendDedupKey(p.arena, kg, bucket), id...)
+	p.arena = appendDedupKey(p.arena, adKg, kg, bucket, ad, id)
 	if 2*(len(p.ents)+1) > len(p.table) {
 		p.grow()
 	}
@@ -101,6 +108,7 @@ func (p *pendingSet) add(kg int, bucket int64, id string, ph uint64, del bool) {
 		off:    uint32(off),
 		n:      uint32(len(p.arena) - off),
 		kg:     uint8(kg),
+		adKg:   uint8(adKg),
 		del:    del,
 	})
 	if !del {
@@ -112,7 +120,7 @@ func (p *pendingSet) add(kg int, bucket int64, id string, ph uint64, del bool) {
 func (p *pendingSet) setBucket(i int, bucket int64) {
 	e := &p.ents[i]
 	e.bucket = bucket
-	binary.BigEndian.PutUint64(p.arena[e.off+2:], uint64(bucket)^(1<<63))
+	binary.BigEndian.PutUint64(p.arena[e.off+keyBucketOff:], uint64(bucket)^(1<<63))
 }
 
 func (p *pendingSet) place(slot uint32) {
@@ -148,11 +156,12 @@ func (p *pendingSet) sorted() []sortEnt {
 	o := p.order[:0]
 	for i := range p.ents {
 		e := &p.ents[i]
-		k := uint64(e.kg)<<57 | 511<<48 // a far bucket: ties, ordered by the whole key
+		cell := uint64(e.adKg)<<57 | uint64(e.kg)<<50
+		k := cell | 511<<41 // a far bucket: ties, ordered by the whole key
 		if d := e.bucket - minB; d >= 0 && d < 511 {
 			var pfx [8]byte
-			copy(pfx[2:], p.arena[e.off+keyIDOff:e.off+e.n])
-			k = uint64(e.kg)<<57 | uint64(d)<<48 | binary.BigEndian.Uint64(pfx[:])
+			copy(pfx[2:], p.arena[e.off+keyAdOff:e.off+e.n])
+			k = cell | uint64(d)<<41 | binary.BigEndian.Uint64(pfx[:])>>7
 		}
 		o = append(o, sortEnt{k: k, i: uint32(i)})
 	}

@@ -48,18 +48,23 @@ func TestDedupPendingManyAndDiscard(t *testing.T) {
 func TestPendingSortOrdersLikeKeys(t *testing.T) {
 	var p pendingSet
 	type in struct {
-		kg     int
-		bucket int64
-		id     string
+		kg, adKg int
+		bucket   int64
+		ad, id   string
 	}
 	ins := []in{
-		{2, 5, "b"}, {1, 5, "zz"}, {1, -3, "a"}, {1, 5, "abcdefgh2"},
-		{1, 5, "abcdefgh1"}, {1, 5, "abcdefgh"}, {1, 5, "abcdefg\x00"}, {0, 9, "q"},
-		{1, 5, "ab"}, {1, 5, "ab\x00"}, {1, 600, "a"}, {1, 4000, "a"}, {1, 3000, "b"}, {127, 1 << 40, "x"},
-		{127, -(1 << 40), "y"}, {1, 1 << 62, "z"}, {1, -(1 << 62), "z"},
+		{2, 0, 5, "a", "b"}, {1, 0, 5, "a", "zz"}, {1, 0, -3, "a", "a"}, {1, 0, 5, "a", "abcdefgh2"},
+		{1, 0, 5, "a", "abcdefgh1"}, {1, 0, 5, "a", "abcdefgh"}, {1, 0, 5, "a", "abcdefg\x00"}, {0, 0, 9, "a", "q"},
+		{1, 0, 5, "a", "ab"}, {1, 0, 5, "a", "ab\x00"}, {1, 0, 600, "a", "a"}, {1, 0, 4000, "a", "a"}, {1, 0, 3000, "a", "b"},
+		{127, 0, 1 << 40, "a", "x"}, {127, 0, -(1 << 40), "a", "y"}, {1, 0, 1 << 62, "a", "z"}, {1, 0, -(1 << 62), "a", "z"},
+		// Other ads and ad key groups: the ad key group orders first, then
+		// the key group, the bucket, the ad's length and bytes, the id.
+		{1, 0, 5, "b", "a"}, {1, 0, 5, "ab", "a"}, {1, 0, 5, "a\x00", "a"}, {1, 0, 5, "abcdefghij", "a"},
+		{1, 0, 5, "abcdefghi", "ja"}, {1, 127, 5, "a", "a"}, {0, 127, 9, "a", "a"}, {127, 1, -3, "b", "c"},
+		{1, 0, 5, string(make([]byte, 200)), "a"}, {1, 0, 5, string(make([]byte, 130)), "b"},
 	}
 	for i, x := range ins {
-		p.add(x.kg, x.bucket, x.id, uint64(i), i%3 == 0) // some deletes among the sets
+		p.add(x.kg, x.adKg, x.bucket, x.ad, x.id, uint64(i), i%3 == 0) // some deletes among the sets
 	}
 	order := p.sorted()
 	for i := 1; i < len(order); i++ {
@@ -80,12 +85,13 @@ func TestPrefetchChangesNothing(t *testing.T) {
 	db, _ := openTemp(t, Options{})
 	d := db.NewDedup()
 	for _, kg := range []int{-1, 0, 5, KeyGroups} {
-		d.Prefetch(kg, "x", 1) // nothing loaded yet: a no-op, no panic
+		d.Prefetch(kg, testAd, "x", 1) // nothing loaded yet: a no-op, no panic
 	}
 	mustInsert(t, d, 5, "a", 1000, true)
 	for _, id := range []string{"a", "b", "c"} {
-		d.Prefetch(5, id, 1000)
-		d.Prefetch(5, id, 9_000_000) // a bucket with no filter
+		d.Prefetch(5, testAd, id, 1000)
+		d.Prefetch(5, testAd, id, 9_000_000) // a bucket with no filter
+		d.Prefetch(5, "other", id, 1000)
 	}
 	mustInsert(t, d, 5, "a", 1000, false)
 	mustInsert(t, d, 5, "b", 1000, true)
@@ -93,31 +99,42 @@ func TestPrefetchChangesNothing(t *testing.T) {
 	mustInsert(t, d, 5, "c", 9_000_000, false)
 }
 
-// TestPendingFindByID: an id is found by (key group, id) whatever its
-// bucket, also after setBucket moved it; delete entries are never found.
+// TestPendingFindByID: an entry is found by (key group, ad, id) whatever
+// its bucket, also after setBucket moved it; delete entries are never
+// found. The hashes are equal where the test wants the keys alone to tell
+// entries apart.
 func TestPendingFindByID(t *testing.T) {
 	var p pendingSet
-	p.add(3, 10, "x", pendingHash(1, 3), false)
-	p.add(3, 7, "y", pendingHash(2, 3), true) // a delete: not findable
-	p.add(4, 10, "x", pendingHash(1, 4), false)
+	p.add(3, 9, 10, "ad", "x", pendingHash(1, 3), false)
+	p.add(3, 9, 7, "ad", "y", pendingHash(2, 3), true) // a delete: not findable
+	p.add(4, 9, 10, "ad", "x", pendingHash(1, 4), false)
+	p.add(3, 9, 10, "a", "dx", pendingHash(1, 3), false) // the same bytes once the ad is cut off
+	p.add(3, 9, 10, "a\x00b", "c", pendingHash(1, 3), false)
 	p.setBucket(0, 12)
 	for _, tc := range []struct {
-		kg   int
-		id   string
-		h    uint64
-		want int
+		kg     int
+		ad, id string
+		h      uint64
+		want   int
 	}{
-		{3, "x", 1, 0},
-		{4, "x", 1, 2},
-		{3, "y", 2, -1},
-		{5, "x", 1, -1},
-		{3, "xx", 1, -1},
+		{3, "ad", "x", 1, 0},
+		{4, "ad", "x", 1, 2},
+		{3, "ad", "y", 2, -1},
+		{5, "ad", "x", 1, -1},
+		{3, "ad", "xx", 1, -1},
+		{3, "a", "dx", 1, 3},
+		{3, "adx", "", 1, -1},
+		{3, "a", "x", 1, -1},
+		{3, "a\x00b", "c", 1, 4},
+		{3, "a", "\x00bc", 1, -1},
+		{3, "a\x00", "bc", 1, -1},
 	} {
-		if got := p.find(tc.kg, tc.id, pendingHash(tc.h, tc.kg)); got != tc.want {
-			t.Errorf("find(%d, %q) = %d, want %d", tc.kg, tc.id, got, tc.want)
+		if got := p.find(tc.kg, tc.ad, tc.id, pendingHash(tc.h, tc.kg)); got != tc.want {
+			t.Errorf("find(%d, %q, %q) = %d, want %d", tc.kg, tc.ad, tc.id, got, tc.want)
 		}
 	}
-	if got, want := p.key(&p.ents[0]), append(appendDedupKey(nil, 3, 12), 'x'); !bytes.Equal(got, want) || p.ents[0].bucket != 12 {
+	want := []byte{'e', 9, 3, 0x80, 0, 0, 0, 0, 0, 0, 12, 2, 'a', 'd', 'x'} // the layout, spelt out
+	if got := p.key(&p.ents[0]); !bytes.Equal(got, want) || p.ents[0].bucket != 12 {
 		t.Errorf("after setBucket(0, 12): key %x bucket %d, want %x, 12", got, p.ents[0].bucket, want)
 	}
 }

@@ -222,7 +222,13 @@ func (db *DB) SizeBytes() int64 {
 
 const (
 	prefixBlob  = 'b'
-	prefixDedup = 'd'
+	prefixDedup = 'e'
+	// prefixLegacyDedup holds the dedup entries of the previous version,
+	// keyed by click id alone: read, never written, until they expire.
+	prefixLegacyDedup = 'd'
+	// prefixDedupBound holds the expiry bound of each key group of click
+	// ids (Dedup.Expire).
+	prefixDedupBound = 'f'
 	// MaxBlobKeyGroup is the largest key group PutBlob accepts.
 	MaxBlobKeyGroup = 1<<16 - 1
 )

@@ -32,14 +32,22 @@ func openTemp(t testing.TB, o Options) (*DB, string) {
 	return db, dir
 }
 
+// testAd is the ad of the clicks of tests about something else than ads.
+const testAd = "ad_1"
+
 func mustInsert(t testing.TB, d *Dedup, kg int, id string, exp int64, want bool) {
 	t.Helper()
-	got, err := d.Insert(kg, id, exp)
+	mustInsertAd(t, d, kg, testAd, id, exp, want)
+}
+
+func mustInsertAd(t testing.TB, d *Dedup, kg int, ad, id string, exp int64, want bool) {
+	t.Helper()
+	got, err := d.Insert(kg, ad, id, exp)
 	if err != nil {
-		t.Fatalf("Insert(%d, %q, %d): %v", kg, id, exp, err)
+		t.Fatalf("Insert(%d, %q, %q, %d): %v", kg, ad, id, exp, err)
 	}
 	if got != want {
-		t.Fatalf("Insert(%d, %q, %d) = %v, want %v", kg, id, exp, got, want)
+		t.Fatalf("Insert(%d, %q, %q, %d) = %v, want %v", kg, ad, id, exp, got, want)
 	}
 }
 
@@ -82,7 +90,7 @@ func TestDedupAutoCommit(t *testing.T) {
 	}
 	// Without an explicit Commit, most of the inserts are already in the DB.
 	d2 := db.NewDedup()
-	if ok, err := d2.Insert(1, "id-0", 0); err != nil || ok {
+	if ok, err := d2.Insert(1, testAd, "id-0", 0); err != nil || ok {
 		t.Fatalf("id-0 via second handle: inserted=%v err=%v, want false, nil", ok, err)
 	}
 	for i := range 1000 {
@@ -97,7 +105,7 @@ func TestDedupBadInput(t *testing.T) {
 		kg int
 		id string
 	}{{-1, "a"}, {KeyGroups, "a"}, {0, ""}} {
-		if _, err := d.Insert(tc.kg, tc.id, 0); err == nil {
+		if _, err := d.Insert(tc.kg, testAd, tc.id, 0); err == nil {
 			t.Errorf("Insert(%d, %q) succeeded, want error", tc.kg, tc.id)
 		}
 	}
@@ -118,13 +126,20 @@ func TestBucketOf(t *testing.T) {
 	}
 }
 
-// present reports whether (kg, id, exp) is in the committed DB, without
-// inserting it.
+// present reports whether (kg, testAd, id, exp) is in the committed DB,
+// without inserting it.
 func present(t *testing.T, db *DB, kg int, id string, exp int64) bool {
+	t.Helper()
+	return presentAd(t, db, kg, testAd, id, exp)
+}
+
+// presentAd reports whether (kg, ad, id, exp) is a duplicate for the
+// committed DB, without inserting it.
+func presentAd(t *testing.T, db *DB, kg int, ad, id string, exp int64) bool {
 	t.Helper()
 	d := db.NewDedup()
 	defer d.Discard()
-	ok, err := d.Insert(kg, id, exp)
+	ok, err := d.Insert(kg, ad, id, exp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +413,7 @@ func TestClosed(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Insert(0, "a", 0); !errors.Is(err, ErrClosed) {
+	if _, err := d.Insert(0, testAd, "a", 0); !errors.Is(err, ErrClosed) {
 		t.Errorf("Insert after Close: %v, want ErrClosed", err)
 	}
 	if err := db.PutBlob("a", 0, nil); !errors.Is(err, ErrClosed) {

@@ -8,10 +8,10 @@ import (
 	"github.com/adclick/adclick/sink"
 )
 
-// dedupKey is a click id in its key group.
+// dedupKey is a click, (ad, click id), in the key group of its click id.
 type dedupKey struct {
-	kg int
-	id string
+	kg     int
+	ad, id string
 }
 
 // snapDedup is the pre-aggregator's dedup store for the harness: the real
@@ -28,13 +28,13 @@ func newSnapDedup() *snapDedup {
 	return &snapDedup{mem: preagg.NewMemDedup(), shadow: make(map[dedupKey]int64)}
 }
 
-func (d *snapDedup) Insert(kg int, id string, expiryMs int64) (bool, error) {
-	ok, err := d.mem.Insert(kg, id, expiryMs)
+func (d *snapDedup) Insert(kg int, ad, id string, expiryMs int64) (bool, error) {
+	ok, err := d.mem.Insert(kg, ad, id, expiryMs)
 	if err != nil {
 		return false, err
 	}
 	if ok {
-		d.shadow[dedupKey{kg, id}] = expiryMs
+		d.shadow[dedupKey{kg, ad, id}] = expiryMs
 	}
 	return ok, nil
 }
@@ -51,9 +51,9 @@ func (d *snapDedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 	return nil
 }
 
-// load puts a restored id into both copies.
-func (d *snapDedup) load(kg int, id string, expiryMs int64) error {
-	_, err := d.Insert(kg, id, expiryMs)
+// load puts a restored click into both copies.
+func (d *snapDedup) load(kg int, ad, id string, expiryMs int64) error {
+	_, err := d.Insert(kg, ad, id, expiryMs)
 	return err
 }
 

@@ -225,7 +225,7 @@ func (s *Story) build(par int, ck *Checkpoint) error {
 			if ck != nil {
 				for k, exp := range ck.Dedup {
 					if k.kg >= from && k.kg < to {
-						if err := dd.load(k.kg, k.id, exp); err != nil {
+						if err := dd.load(k.kg, k.ad, k.id, exp); err != nil {
 							return err
 						}
 					}
