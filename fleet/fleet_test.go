@@ -41,8 +41,8 @@ type world struct {
 
 	mu     sync.Mutex
 	starts map[string][]string // worker → ranges it started, in order
-	// poison, if set, makes the pipeline of range poison fail to start on
-	// worker poisonOn.
+	// poison, if set, makes the pipeline of range poison ("*": of every
+	// range) fail to start on worker poisonOn.
 	poison, poisonOn string
 }
 
@@ -113,7 +113,7 @@ func (w *world) start(id string) *worker {
 		Config: func(r windowing.KeyGroups) (runtime.Config, error) {
 			w.mu.Lock()
 			w.starts[id] = append(w.starts[id], r.String())
-			poisoned := w.poison == r.String() && w.poisonOn == id
+			poisoned := (w.poison == r.String() || w.poison == "*") && w.poisonOn == id
 			w.mu.Unlock()
 			if poisoned {
 				return runtime.Config{}, fmt.Errorf("test: range %s cannot start on %s", r, id)
