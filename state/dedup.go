@@ -10,8 +10,6 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
-
-	"github.com/adclick/adclick/windowing"
 )
 
 // KeyGroups is the number of dedup key groups (0..KeyGroups-1). It equals the
@@ -70,9 +68,9 @@ type Dedup struct {
 	vain, gets, folds    int64
 	touched              uint32 // sink of Prefetch's reads, so they are not optimised away
 
-	// perCell and lag are physicalPerCell and physicalLagBuckets (tests
-	// change them).
-	perCell, lag int64
+	// perKeyGroup and lag are physicalPerKeyGroup and physicalLagBuckets
+	// (tests change them).
+	perKeyGroup, lag int64
 }
 
 // keyGroup is a Dedup's in-memory view of one key group of click ids.
@@ -83,13 +81,11 @@ type keyGroup struct {
 	// once Expire has dropped them (one horizon after the upgrade) an Insert
 	// pays for nothing more than a length test.
 	cur, legacy filters
-	// ads has bit k set if the cell (ad key group k, this key group) may
-	// hold keys, live or expired: Expire and regrow touch only those cells.
-	// legacyKeys is set if legacy keys may remain. Both are cleared once the
-	// DB holds no key of theirs.
-	ads        [KeyGroups / 64]uint64
-	legacyKeys bool
-	loaded     bool
+	// keys is set if the key group may hold entry keys, live or expired,
+	// and legacyKeys if it may hold legacy keys: Expire deletes only those.
+	// Both are cleared once the DB holds no key of theirs.
+	keys, legacyKeys bool
+	loaded           bool
 	// maxCount is the most ids a filter of cur has held, to size new ones.
 	maxCount int
 	// live is the expiry bound of the key group: every bucket below it is
@@ -99,7 +95,7 @@ type keyGroup struct {
 	live int64
 	// deleted is the bucket below which every key is known to be deleted
 	// (valid when deletedKnown): deleted ≤ live. Expire deletes [deleted,
-	// live) in batches (see physicalPerCell).
+	// live) in batches (see physicalPerKeyGroup).
 	deleted      int64
 	deletedKnown bool
 }
@@ -140,7 +136,7 @@ type partition struct {
 
 // NewDedup returns a Dedup on db with an empty pending batch.
 func (db *DB) NewDedup() *Dedup {
-	return &Dedup{db: db, seed: maphash.MakeSeed(), perCell: physicalPerCell, lag: physicalLagBuckets}
+	return &Dedup{db: db, seed: maphash.MakeSeed(), perKeyGroup: physicalPerKeyGroup, lag: physicalLagBuckets}
 }
 
 // minFilterCapacity is the smallest filter, in ids.
@@ -310,22 +306,22 @@ func (d *Dedup) regrow(kg int, p *partition) error {
 	}
 	lo = max(lo, g.live) // below, expired keys not deleted yet
 	err := d.withGate(func() error {
-		iter, err := d.db.db.NewIter(nil)
+		if lo >= hi {
+			return nil
+		}
+		iter, err := d.db.db.NewIter(&pebble.IterOptions{
+			LowerBound: appendBucketKey(nil, prefixDedup, kg, lo),
+			UpperBound: appendBucketKey(nil, prefixDedup, kg, hi),
+		})
 		if err != nil {
 			return err
 		}
-		for adKg := range KeyGroups {
-			if g.ads[adKg/64]&(1<<(adKg%64)) == 0 {
-				continue
+		for valid := iter.First(); valid; valid = iter.Next() {
+			bucket, ad, id, ok := parseDedupKey(iter.Key())
+			if !ok {
+				return errors.Join(fmt.Errorf("corrupt key %x", iter.Key()), iter.Close())
 			}
-			iter.SetBounds(appendCellKey(nil, adKg, kg, lo), appendCellKey(nil, adKg, kg, hi))
-			for valid := iter.First(); valid; valid = iter.Next() {
-				bucket, ad, id, ok := parseDedupKey(iter.Key())
-				if !ok {
-					return errors.Join(fmt.Errorf("corrupt key %x", iter.Key()), iter.Close())
-				}
-				add(bucket, ad, id)
-			}
+			add(bucket, ad, id)
 		}
 		return iter.Close()
 	})
@@ -339,10 +335,10 @@ func (d *Dedup) regrow(kg int, p *partition) error {
 	return nil
 }
 
-// load builds the filters of key group kg from the committed DB: its cells
-// of every ad key group, and its legacy entries. It runs on the Dedup's
-// first use of kg (after a restore: once per key group, reading every id of
-// kg once, with one seek per cell).
+// load builds the filters of key group kg from the committed DB: its
+// entries, and its legacy entries. It runs on the Dedup's first use of kg
+// (after a restore: once per key group, reading every id of kg once, in
+// key order).
 func (d *Dedup) load(kg int) error {
 	type ent struct {
 		h      uint64
@@ -367,27 +363,24 @@ func (d *Dedup) load(kg int) error {
 	case !errors.Is(err, pebble.ErrNotFound):
 		return fail(err)
 	}
-	iter, err := d.db.db.NewIter(nil)
+	lower := []byte{prefixDedup, byte(kg)}
+	iter, err := d.db.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
 	if err != nil {
 		return fail(err)
 	}
-	for adKg := range KeyGroups {
-		cell := []byte{prefixDedup, byte(adKg), byte(kg)}
-		iter.SetBounds(cell, prefixEnd(cell))
-		for valid := iter.First(); valid; valid = iter.Next() {
-			bucket, ad, id, ok := parseDedupKey(iter.Key())
-			if !ok {
-				return errors.Join(fail(fmt.Errorf("corrupt key %x", iter.Key())), iter.Close())
-			}
-			g.ads[adKg/64] |= 1 << (adKg % 64)
-			if bucket < g.live {
-				continue // expired, not deleted yet
-			}
-			idx := bucket >> partitionShift
-			cur[idx] = append(cur[idx], ent{pairHash(maphash.Bytes(d.seed, id), maphash.Bytes(d.seed, ad)), bucket})
+	for valid := iter.First(); valid; valid = iter.Next() {
+		bucket, ad, id, ok := parseDedupKey(iter.Key())
+		if !ok {
+			return errors.Join(fail(fmt.Errorf("corrupt key %x", iter.Key())), iter.Close())
 		}
+		g.keys = true
+		if bucket < g.live {
+			continue // expired, not deleted yet
+		}
+		idx := bucket >> partitionShift
+		cur[idx] = append(cur[idx], ent{pairHash(maphash.Bytes(d.seed, id), maphash.Bytes(d.seed, ad)), bucket})
 	}
-	lower := []byte{prefixLegacyDedup, byte(kg)}
+	lower = []byte{prefixLegacyDedup, byte(kg)}
 	iter.SetBounds(lower, prefixEnd(lower))
 	for valid := iter.First(); valid; valid = iter.Next() {
 		k := iter.Key()
@@ -395,7 +388,7 @@ func (d *Dedup) load(kg int) error {
 			return errors.Join(fail(fmt.Errorf("corrupt legacy key %x", k)), iter.Close())
 		}
 		g.legacyKeys = true
-		bucket := int64(binary.BigEndian.Uint64(k[2:legacyIDOff]) ^ (1 << 63))
+		bucket := int64(binary.BigEndian.Uint64(k[keyBucketOff:legacyIDOff]) ^ (1 << 63))
 		if bucket < g.live {
 			continue
 		}
@@ -444,31 +437,35 @@ func bucketOf(ms int64) int64 {
 
 // Dedup keys. An entry is
 //
-//	'e' kg(ad) kg(click id) bucket len(ad) ad id
+//	'e' kg(click id) bucket len(ad) ad id
 //
-// with the key groups one byte each, the bucket 8 bytes (as in
-// appendCellKey) and len(ad) a uvarint: an ad id may hold any byte, 0x00
-// included (ingest accepts control characters), so the length, not a
-// separator, tells where it ends. A legacy entry is
+// with the key group one byte, the bucket 8 bytes (as in appendBucketKey)
+// and len(ad) a uvarint: an ad id may hold any byte, 0x00 included (ingest
+// accepts control characters), so the length, not a separator, tells where
+// it ends. A legacy entry is
 //
 //	'd' kg(click id) bucket id
+//
+// Both kinds keep a key group's entries together in bucket order, so that
+// a load or a filter rebuild reads one span and an Expire deletes one.
 const (
-	keyBucketOff = 3                // the bucket in an entry key
+	keyBucketOff = 2                // the bucket, in keys of both kinds
 	keyAdOff     = keyBucketOff + 8 // the ad's length in an entry key
-	legacyIDOff  = 2 + 8            // the click id in a legacy key
+	legacyIDOff  = keyBucketOff + 8 // the click id in a legacy key
 )
 
-// appendCellKey appends to dst the prefix of bucket in the cell (adKg, kg):
-// the bucket is a big-endian int64 with its sign bit flipped, so that
-// negative times order before positive ones.
-func appendCellKey(dst []byte, adKg, kg int, bucket int64) []byte {
-	dst = append(dst, prefixDedup, byte(adKg), byte(kg))
+// appendBucketKey appends to dst the prefix of bucket in the keys of kind
+// prefix (prefixDedup or prefixLegacyDedup) of key group kg: the bucket is
+// a big-endian int64 with its sign bit flipped, so that negative times
+// order before positive ones.
+func appendBucketKey(dst []byte, prefix byte, kg int, bucket int64) []byte {
+	dst = append(dst, prefix, byte(kg))
 	return binary.BigEndian.AppendUint64(dst, uint64(bucket)^(1<<63))
 }
 
 // appendDedupKey appends to dst the key of the entry (ad, id) in bucket.
-func appendDedupKey(dst []byte, adKg, kg int, bucket int64, ad, id string) []byte {
-	dst = appendCellKey(dst, adKg, kg, bucket)
+func appendDedupKey(dst []byte, kg int, bucket int64, ad, id string) []byte {
+	dst = appendBucketKey(dst, prefixDedup, kg, bucket)
 	dst = binary.AppendUvarint(dst, uint64(len(ad)))
 	dst = append(dst, ad...)
 	return append(dst, id...)
@@ -495,13 +492,6 @@ func boundKey(kg int) []byte { return []byte{prefixDedupBound, byte(kg)} }
 
 func encodeBucket(bucket int64) []byte {
 	return binary.BigEndian.AppendUint64(nil, uint64(bucket)^(1<<63))
-}
-
-// appendLegacyKey appends to dst the prefix of bucket in the legacy entries
-// of kg; the click id follows it.
-func appendLegacyKey(dst []byte, kg int, bucket int64) []byte {
-	dst = append(dst, prefixLegacyDedup, byte(kg))
-	return binary.BigEndian.AppendUint64(dst, uint64(bucket)^(1<<63))
 }
 
 // Insert records the click (ad, id), whose click id is in key group kg
@@ -532,7 +522,7 @@ func (d *Dedup) Insert(kg int, ad, id string, expiryMs int64) (inserted bool, er
 			return false, err
 		}
 	}
-	k := entry{kg: kg, adKg: windowing.KeyGroup(ad), ad: ad, id: id, bucket: bucketOf(expiryMs)}
+	k := entry{kg: kg, ad: ad, id: id, bucket: bucketOf(expiryMs)}
 	k.hid = maphash.String(d.seed, id)
 	k.h = pairHash(k.hid, maphash.String(d.seed, ad))
 	k.ph = pendingHash(k.h, kg)
@@ -605,31 +595,28 @@ func (d *Dedup) lowerBound(kg int, bucket int64) error {
 	return nil
 }
 
-// deleteBuckets adds to b the deletion of the keys of key group kg, both
-// kinds, in buckets [from, to): one range per cell that may hold keys, and
-// one for the legacy keys if any may remain.
+// deleteBuckets adds to b the deletion of the keys of key group kg in
+// buckets [from, to): one range for the entries if the key group may hold
+// any, and one for the legacy entries if any may remain.
 func (d *Dedup) deleteBuckets(b *pebble.Batch, kg int, from, to int64) error {
 	g := &d.kgs[kg]
-	for adKg := range KeyGroups {
-		if g.ads[adKg/64]&(1<<(adKg%64)) == 0 {
-			continue
-		}
-		if err := b.DeleteRange(appendCellKey(nil, adKg, kg, from), appendCellKey(nil, adKg, kg, to), nil); err != nil {
+	if g.keys {
+		if err := b.DeleteRange(appendBucketKey(nil, prefixDedup, kg, from), appendBucketKey(nil, prefixDedup, kg, to), nil); err != nil {
 			return fmt.Errorf("state: dedup expire: %w", err)
 		}
 	}
 	if g.legacyKeys {
-		if err := b.DeleteRange(appendLegacyKey(nil, kg, from), appendLegacyKey(nil, kg, to), nil); err != nil {
+		if err := b.DeleteRange(appendBucketKey(nil, prefixLegacyDedup, kg, from), appendBucketKey(nil, prefixLegacyDedup, kg, to), nil); err != nil {
 			return fmt.Errorf("state: dedup expire: %w", err)
 		}
 	}
 	return nil
 }
 
-// entry is the click an Insert is about: its key groups, ad, id and
-// bucket, and its hashes (of the id, of the pair, in the pending set).
+// entry is the click an Insert is about: its key group, ad, id and bucket,
+// and its hashes (of the id, of the pair, in the pending set).
 type entry struct {
-	kg, adKg   int
+	kg         int
 	ad, id     string
 	bucket     int64
 	hid, h, ph uint64
@@ -643,8 +630,8 @@ func (d *Dedup) add(k *entry) error {
 	if err := d.remember(k.kg, k.bucket, k.h); err != nil {
 		return err
 	}
-	d.kgs[k.kg].ads[k.adKg/64] |= 1 << (k.adKg % 64)
-	d.pending.add(k.kg, k.adKg, k.bucket, k.ad, k.id, k.ph, false)
+	d.kgs[k.kg].keys = true
+	d.pending.add(k.kg, k.bucket, k.ad, k.id, k.ph, false)
 	return nil
 }
 
@@ -677,8 +664,8 @@ func (d *Dedup) lookup(k *entry) (dup bool, err error) {
 	if k.bucket > at {
 		// Rare: a copy with a later expiry than the kept one. Move it:
 		// delete the old key and set the new one in the same batch.
-		p.add(k.kg, k.adKg, at, k.ad, k.id, 0, true)
-		p.add(k.kg, k.adKg, k.bucket, k.ad, k.id, k.ph, false)
+		p.add(k.kg, at, k.ad, k.id, 0, true)
+		p.add(k.kg, k.bucket, k.ad, k.id, k.ph, false)
 		if err := d.remember(k.kg, k.bucket, k.h); err != nil {
 			return true, err
 		}
@@ -724,9 +711,9 @@ func (d *Dedup) findCommitted(k *entry, legacy bool, buckets []int64) (found boo
 	for _, b := range buckets {
 		d.gets++
 		if legacy {
-			d.key = append(appendLegacyKey(d.key[:0], k.kg, b), k.id...)
+			d.key = append(appendBucketKey(d.key[:0], prefixLegacyDedup, k.kg, b), k.id...)
 		} else {
-			d.key = appendDedupKey(d.key[:0], k.adKg, k.kg, b, k.ad, k.id)
+			d.key = appendDedupKey(d.key[:0], k.kg, b, k.ad, k.id)
 		}
 		_, closer, err := d.db.db.Get(d.key)
 		switch {
@@ -784,32 +771,39 @@ func (d *Dedup) Prefetch(kg int, ad, id string, expiryMs int64) {
 	}
 }
 
-// Batched deletion. Deleting the expired buckets of every cell at every
-// Expire costs a range deletion per cell and minute: 16,384 a minute for a
-// Dedup holding every key group, each of which the next read of Pebble's
-// memtable fragments again with all the others it holds. At a high rate
-// that is nothing per click, but at a low one (the memtable lives long) it
-// cost more than all the inserts. So Expire moves the bound at once and
-// deletes the keys below it only when enough has passed: once the Dedup
-// has inserted physicalPerCell entries per cell since the last deletion
-// (every minute at 100,000 clicks/s), or the bound has moved
-// physicalLagBuckets past the deleted buckets. Until then the DB holds
-// expired keys, which nothing reads: the bound is in the DB, and every
-// reader skips the keys below it.
+// Batched deletion. Deleting the expired buckets of every key group at
+// every Expire costs a range deletion per key group and minute: 128 a
+// minute for a Dedup holding every key group. Pebble fragments all the
+// range deletions of its mutable memtable again on the first read after
+// each one is added, so the cost of a minute grows with the minutes the
+// memtable has lived. That is nothing at a high rate (a memtable fills in
+// well under a minute) or in a live job (a checkpoint flushes it every
+// 30 s), but when event time runs ahead of the memtable (a replay or a
+// catch-up of a low-rate stream) it cost more than all the inserts
+// (BenchmarkDedupInsertPipelineLowRate, 600 clicks a minute: 15.7 µs of
+// CPU per insert, against 1.4 µs batched). So Expire moves the bound at
+// once and deletes the keys below it only when enough has passed: once
+// the Dedup has inserted physicalPerKeyGroup entries per key group since
+// the last deletion (about a million for 128 key groups, about what a
+// 64 MiB memtable holds: 1.16 million of the benchmark's entries, so a
+// memtable sees the ranges of one or two deletions), or the bound has
+// moved physicalLagBuckets past the deleted buckets. Until then the DB
+// holds expired keys, which nothing reads: the bound is in the DB, and
+// every reader skips the keys below it.
 const (
-	physicalPerCell    = 64
-	physicalLagBuckets = 32
+	physicalPerKeyGroup = 8192
+	physicalLagBuckets  = 32
 )
 
 // Expire removes every entry of key groups [kgFrom, kgTo) whose expiry
 // bucket (of the latest expiry of its copies) ends at or before beforeMs
 // (Unix ms, the watermark), legacy entries included. It sets the key
 // groups' expiry bound, which every reader of the DB applies at once, and
-// deletes the keys below it in batches (see physicalPerCell): one range
-// deletion per cell (ad key group, key group) that may hold keys, and one
-// per key group while legacy keys may remain, covering only buckets not
-// already deleted by this Dedup. Pending inserts are committed with it. A
-// key group not used yet is loaded first, so that its cells are known.
+// deletes the keys below it in batches (see physicalPerKeyGroup): one range
+// deletion per key group that may hold keys, and one per key group while
+// legacy keys may remain, covering only buckets not already deleted by
+// this Dedup. Pending inserts are committed with it. A key group not used
+// yet is loaded first, so that what kinds of keys it holds is known.
 func (d *Dedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 	if kgFrom < 0 || kgTo > KeyGroups || kgFrom > kgTo {
 		return fmt.Errorf("state: dedup expire: key groups [%d,%d) out of range", kgFrom, kgTo)
@@ -822,7 +816,7 @@ func (d *Dedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 	if err := d.commitLocked(); err != nil {
 		return err
 	}
-	cells := 0
+	holding := 0
 	for kg := kgFrom; kg < kgTo; kg++ {
 		g := &d.kgs[kg]
 		if !g.loaded {
@@ -830,11 +824,11 @@ func (d *Dedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 				return err
 			}
 		}
-		for _, w := range g.ads {
-			cells += bits.OnesCount64(w)
+		if g.keys {
+			holding++
 		}
 	}
-	byCount := d.inserted-d.insertedAtDelete >= d.perCell*int64(max(cells, 1))
+	byCount := d.inserted-d.insertedAtDelete >= d.perKeyGroup*int64(max(holding, 1))
 	b := d.db.db.NewBatch()
 	defer b.Close()
 	for kg := kgFrom; kg < kgTo; kg++ {
@@ -874,7 +868,7 @@ func (d *Dedup) Expire(kgFrom, kgTo int, beforeMs int64) error {
 		d.expireFilters(&g.legacy, g.live)
 		if g.deletedKnown && g.deleted == g.live {
 			if len(g.cur.parts) == 0 {
-				g.ads = [len(g.ads)]uint64{}
+				g.keys = false
 			}
 			if len(g.legacy.parts) == 0 {
 				g.legacyKeys = false

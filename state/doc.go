@@ -32,20 +32,24 @@
 // # Key layout
 //
 //	'b' op 0x00 kg(2 bytes, big-endian)              → operator blob
-//	'e' kg(ad) kg(click id) bucket(8 bytes)
+//	'e' kg(click id) bucket(8 bytes)
 //	    len(ad)(uvarint) ad click id                  → empty: dedup entry
 //	'd' kg(click id) bucket(8 bytes) click id         → empty: legacy dedup entry
 //	'f' kg(click id)                                  → bucket(8 bytes): expiry bound
 //
-// Key groups are one byte each. An operator name may not contain 0x00. An
-// ad id may (ingest accepts control characters), so the ad is preceded by
-// its length rather than followed by a separator. The dedup bucket is the
-// minute of the entry's expiry, floor(expiryMs / 60000), as a big-endian
-// int64 with its sign bit flipped, so that negative times order before
-// positive ones. The ad's key group comes first so that the entries of a
-// range of ads lie together, one span per ad key group
-// (docs/scale-out.md §3.3); a cell is the entries of one (ad key group,
-// click key group).
+// Dedup key groups are one byte. An operator name may not contain 0x00.
+// An ad id may (ingest accepts control characters), so the ad is preceded
+// by its length rather than followed by a separator. The dedup bucket is
+// the minute of the entry's expiry, floor(expiryMs / 60000), as a
+// big-endian int64 with its sign bit flipped, so that negative times order
+// before positive ones. The click id's key group comes first and the
+// bucket next, as in the legacy layout: a key group's entries are one span
+// in bucket order, so a Dedup loads a key group or rebuilds a filter with
+// one iteration, a sorted commit batch lands on a few places per key group
+// of the memtable, and Expire deletes one range per key group. The ad's key
+// group is not in the key: a range pipeline's DB holds only its own ads'
+// entries, since its source drops other ranges' clicks before the
+// pre-aggregators (docs/scale-out.md §3.3).
 //
 // # Dedup identity and expiry
 //
@@ -63,10 +67,12 @@
 // not expired ('f'): every reader (Insert, a Dedup's load, a restored
 // checkpoint) skips the keys below it. Expire moves it, a point write per
 // key group, and deletes the keys below it in batches, one DeleteRange per
-// cell that holds entries: every minute at a high rate, at least every 32
-// minutes at a low one (a range deletion per cell and minute would cost a
-// low-rate job more than its inserts, see physicalPerCell). One write per
-// new click and no separate timer keys. Entries are forgotten up to a
+// key group that holds entries: every minute at a high rate, at least every
+// 32 minutes at a low one (a range deletion per key group and minute made
+// a replay of a low-rate stream cost eleven times as much CPU per insert,
+// as Pebble fragments a memtable's range deletions again after each one,
+// see physicalPerKeyGroup). One write per new click and no separate timer
+// keys. Entries are forgotten up to a
 // minute after the latest expiry of their copies, which only keeps them
 // longer than required. (preagg.MemDedup, the reference, keeps an entry
 // until its first copy's expiry; keeping it until the latest one is never
@@ -102,8 +108,8 @@
 // when the id could be in any of a hundred buckets. So a Dedup also keeps
 // an in-memory split-block Bloom filter per (key group of the click id,
 // partition of 32 expiry buckets), of the hashes of (ad, id), and per
-// partition a bitmask of the buckets that hold ids; a hit is looked up in
-// the cell (ad key group, key group). Each id sets, in one 64-byte block,
+// partition a bitmask of the buckets that hold ids; a hit is looked up
+// under (key group, bucket, ad, id). Each id sets, in one 64-byte block,
 // 8 bits from its hash and 8 bits from its hash mixed with its bucket's
 // offset in the partition (24 bits per id: 3 bytes per id held; a new
 // partition is sized for 1.5 times the largest of its key group, so 4–6
@@ -120,11 +126,11 @@
 // holds ids, so a filter holds expired ids up to 32 minutes longer than the
 // DB, which costs memory and lookups only. A full filter is rebuilt four
 // times as large from its partition's keys in the DB and the pending
-// batch (one seek per cell): each filter stays a single Bloom filter, one
-// block per partition to test. A key group's filters are built from the DB on the Dedup's
-// first use of that key group, by Insert or Expire (after a restore this
-// reads every id of the key group once, with one seek per cell), which is
-// why two Dedups must not share a key group.
+// batch (one span of keys): each filter stays a single Bloom filter, one
+// block per partition to test. A key group's filters are built from the
+// DB on the Dedup's first use of that key group, by Insert or Expire
+// (after a restore this reads every id of the key group once, in key
+// order), which is why two Dedups must not share a key group.
 //
 // The filters' memory has a budget (Dedup.SetFilterBudget; the job gives
 // each pre-aggregator its share of --dedup-memory-mb). Past it, a filter

@@ -266,12 +266,12 @@ func TestDedupMatchesReference(t *testing.T) {
 		budget := rapid.SampledFrom([]int{0, 0, 1, 4 << 10}).Draw(rt, "budget")
 		// Expired keys deleted at every Expire, or left in the DB for a few
 		// buckets or for longer than the run: readers must not tell.
-		perCell := rapid.SampledFrom([]int64{0, physicalPerCell}).Draw(rt, "per cell")
+		perKeyGroup := rapid.SampledFrom([]int64{0, physicalPerKeyGroup}).Draw(rt, "per key group")
 		lag := rapid.SampledFrom([]int64{1, 3, physicalLagBuckets}).Draw(rt, "lag")
 		newDedup := func() *Dedup {
 			d := db.NewDedup()
 			d.SetFilterBudget(budget)
-			d.perCell, d.lag = perCell, lag
+			d.perKeyGroup, d.lag = perKeyGroup, lag
 			return d
 		}
 		d := newDedup()

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
-
-	"github.com/adclick/adclick/windowing"
 )
 
 // TestDedupOneClickIDTwoAds: a click id sent with two ads is two clicks,
@@ -91,7 +89,7 @@ func TestDedupAdEncoding(t *testing.T) {
 	if err := d.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	want := []byte{'e', byte(windowing.KeyGroup("ad_7")), 4}
+	want := []byte{'e', 4}
 	want = binary.BigEndian.AppendUint64(want, uint64(bucketOfTest(exp))^(1<<63))
 	want = append(append(want, 4), "ad_7c1"...)
 	if keys := rawKeys(t, db, 'e'); !bytes.Contains(bytes.Join(keys, []byte("|")), want) {

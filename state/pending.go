@@ -26,21 +26,21 @@ type pendingSet struct {
 }
 
 // pendingEnt is one pending key: arena[off:off+n], in key group kg (of the
-// click id), ad key group adKg and expiry bucket, to set or (del) to
-// delete.
+// click id) and expiry bucket, to set or (del) to delete.
 type pendingEnt struct {
-	bucket   int64
-	hash     uint64
-	off, n   uint32
-	kg, adKg uint8
-	del      bool
+	bucket int64
+	hash   uint64
+	off, n uint32
+	kg     uint8
+	del    bool
 }
 
-// sortEnt orders entry i by k: ad key group, key group, bucket relative to
-// the batch's smallest, then the first 41 bits of what follows the bucket
-// in the key (or, for a bucket 511 or more after the smallest, the key
-// groups alone); ties are broken by the whole key. Sorting these 16-byte
-// values moves far less memory than sorting the entries.
+// sortEnt orders entry i by k: key group, bucket relative to the batch's
+// smallest, then the first six bytes of what follows the bucket in the key
+// (the ad's length and the ad's first bytes; or, for a bucket 511 or more
+// after the smallest, the key group alone); ties are broken by the whole
+// key. Sorting these 16-byte values moves far less memory than sorting the
+// entries.
 type sortEnt struct {
 	k uint64
 	i uint32
@@ -92,13 +92,13 @@ func (e *pendingEnt) holds(arena []byte, ad, id string) bool {
 		string(k[w:w+len(ad)]) == ad && string(k[w+len(ad):]) == id
 }
 
-// add appends the key (kg, adKg, bucket, ad, id) to set, or (del) to
-// delete, with hash ph. The caller has made sure that no entry sets (ad,
-// id) in kg yet (for a set) and that the key is not pending (for a
-// delete): the keys stay distinct.
-func (p *pendingSet) add(kg, adKg int, bucket int64, ad, id string, ph uint64, del bool) {
+// add appends the key (kg, bucket, ad, id) to set, or (del) to delete,
+// with hash ph. The caller has made sure that no entry sets (ad, id) in kg
+// yet (for a set) and that the key is not pending (for a delete): the keys
+// stay distinct.
+func (p *pendingSet) add(kg int, bucket int64, ad, id string, ph uint64, del bool) {
 	off := len(p.arena)
-	p.arena = appendDedupKey(p.arena, adKg, kg, bucket, ad, id)
+	p.arena = appendDedupKey(p.arena, kg, bucket, ad, id)
 	if 2*(len(p.ents)+1) > len(p.table) {
 		p.grow()
 	}
@@ -108,7 +108,6 @@ func (p *pendingSet) add(kg, adKg int, bucket int64, ad, id string, ph uint64, d
 		off:    uint32(off),
 		n:      uint32(len(p.arena) - off),
 		kg:     uint8(kg),
-		adKg:   uint8(adKg),
 		del:    del,
 	})
 	if !del {
@@ -156,12 +155,11 @@ func (p *pendingSet) sorted() []sortEnt {
 	o := p.order[:0]
 	for i := range p.ents {
 		e := &p.ents[i]
-		cell := uint64(e.adKg)<<57 | uint64(e.kg)<<50
-		k := cell | 511<<41 // a far bucket: ties, ordered by the whole key
+		k := uint64(e.kg)<<57 | 511<<48 // a far bucket: ties, ordered by the whole key
 		if d := e.bucket - minB; d >= 0 && d < 511 {
 			var pfx [8]byte
 			copy(pfx[2:], p.arena[e.off+keyAdOff:e.off+e.n])
-			k = cell | uint64(d)<<41 | binary.BigEndian.Uint64(pfx[:])>>7
+			k = uint64(e.kg)<<57 | uint64(d)<<48 | binary.BigEndian.Uint64(pfx[:])
 		}
 		o = append(o, sortEnt{k: k, i: uint32(i)})
 	}

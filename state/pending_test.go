@@ -48,23 +48,23 @@ func TestDedupPendingManyAndDiscard(t *testing.T) {
 func TestPendingSortOrdersLikeKeys(t *testing.T) {
 	var p pendingSet
 	type in struct {
-		kg, adKg int
-		bucket   int64
-		ad, id   string
+		kg     int
+		bucket int64
+		ad, id string
 	}
 	ins := []in{
-		{2, 0, 5, "a", "b"}, {1, 0, 5, "a", "zz"}, {1, 0, -3, "a", "a"}, {1, 0, 5, "a", "abcdefgh2"},
-		{1, 0, 5, "a", "abcdefgh1"}, {1, 0, 5, "a", "abcdefgh"}, {1, 0, 5, "a", "abcdefg\x00"}, {0, 0, 9, "a", "q"},
-		{1, 0, 5, "a", "ab"}, {1, 0, 5, "a", "ab\x00"}, {1, 0, 600, "a", "a"}, {1, 0, 4000, "a", "a"}, {1, 0, 3000, "a", "b"},
-		{127, 0, 1 << 40, "a", "x"}, {127, 0, -(1 << 40), "a", "y"}, {1, 0, 1 << 62, "a", "z"}, {1, 0, -(1 << 62), "a", "z"},
-		// Other ads and ad key groups: the ad key group orders first, then
-		// the key group, the bucket, the ad's length and bytes, the id.
-		{1, 0, 5, "b", "a"}, {1, 0, 5, "ab", "a"}, {1, 0, 5, "a\x00", "a"}, {1, 0, 5, "abcdefghij", "a"},
-		{1, 0, 5, "abcdefghi", "ja"}, {1, 127, 5, "a", "a"}, {0, 127, 9, "a", "a"}, {127, 1, -3, "b", "c"},
-		{1, 0, 5, string(make([]byte, 200)), "a"}, {1, 0, 5, string(make([]byte, 130)), "b"},
+		{2, 5, "a", "b"}, {1, 5, "a", "zz"}, {1, -3, "a", "a"}, {1, 5, "a", "abcdefgh2"},
+		{1, 5, "a", "abcdefgh1"}, {1, 5, "a", "abcdefgh"}, {1, 5, "a", "abcdefg\x00"}, {0, 9, "a", "q"},
+		{1, 5, "a", "ab"}, {1, 5, "a", "ab\x00"}, {1, 600, "a", "a"}, {1, 4000, "a", "a"}, {1, 3000, "a", "b"},
+		{127, 1 << 40, "a", "x"}, {127, -(1 << 40), "a", "y"}, {1, 1 << 62, "a", "z"}, {1, -(1 << 62), "a", "z"},
+		// Other ads: the key group orders first, then the bucket, the ad's
+		// length and bytes, the id.
+		{1, 5, "b", "a"}, {1, 5, "ab", "a"}, {1, 5, "a\x00", "a"}, {1, 5, "abcdefghij", "a"},
+		{1, 5, "abcdefghi", "ja"}, {1, 5, "a", "a"}, {0, 9, "a", "a"}, {127, -3, "b", "c"},
+		{1, 5, string(make([]byte, 200)), "a"}, {1, 5, string(make([]byte, 130)), "b"},
 	}
 	for i, x := range ins {
-		p.add(x.kg, x.adKg, x.bucket, x.ad, x.id, uint64(i), i%3 == 0) // some deletes among the sets
+		p.add(x.kg, x.bucket, x.ad, x.id, uint64(i), i%3 == 0) // some deletes among the sets
 	}
 	order := p.sorted()
 	for i := 1; i < len(order); i++ {
@@ -105,11 +105,11 @@ func TestPrefetchChangesNothing(t *testing.T) {
 // entries apart.
 func TestPendingFindByID(t *testing.T) {
 	var p pendingSet
-	p.add(3, 9, 10, "ad", "x", pendingHash(1, 3), false)
-	p.add(3, 9, 7, "ad", "y", pendingHash(2, 3), true) // a delete: not findable
-	p.add(4, 9, 10, "ad", "x", pendingHash(1, 4), false)
-	p.add(3, 9, 10, "a", "dx", pendingHash(1, 3), false) // the same bytes once the ad is cut off
-	p.add(3, 9, 10, "a\x00b", "c", pendingHash(1, 3), false)
+	p.add(3, 10, "ad", "x", pendingHash(1, 3), false)
+	p.add(3, 7, "ad", "y", pendingHash(2, 3), true) // a delete: not findable
+	p.add(4, 10, "ad", "x", pendingHash(1, 4), false)
+	p.add(3, 10, "a", "dx", pendingHash(1, 3), false) // the same bytes once the ad is cut off
+	p.add(3, 10, "a\x00b", "c", pendingHash(1, 3), false)
 	p.setBucket(0, 12)
 	for _, tc := range []struct {
 		kg     int
@@ -133,7 +133,7 @@ func TestPendingFindByID(t *testing.T) {
 			t.Errorf("find(%d, %q, %q) = %d, want %d", tc.kg, tc.ad, tc.id, got, tc.want)
 		}
 	}
-	want := []byte{'e', 9, 3, 0x80, 0, 0, 0, 0, 0, 0, 12, 2, 'a', 'd', 'x'} // the layout, spelt out
+	want := []byte{'e', 3, 0x80, 0, 0, 0, 0, 0, 0, 12, 2, 'a', 'd', 'x'} // the layout, spelt out
 	if got := p.key(&p.ents[0]); !bytes.Equal(got, want) || p.ents[0].bucket != 12 {
 		t.Errorf("after setBucket(0, 12): key %x bucket %d, want %x, 12", got, p.ents[0].bucket, want)
 	}
