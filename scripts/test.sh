@@ -266,7 +266,7 @@ server_cmd() {
 	case "$1" in
 	kinesalite) CMD=(node "$SERVERS_DIR/kinesalite.js" "$2") ;;
 	dynalite) CMD=(node "$SERVERS_DIR/dynalite.js" "$2") ;;
-	s3rver) CMD=(node "$NM/s3rver/bin/s3rver.js" -d "$TMP/s3" -a 127.0.0.1 -p "$2") ;;
+	s3rver) CMD=(node "$SERVERS_DIR/s3rver.js" "$TMP/s3" "$2") ;;
 	redis) CMD=(redis-server --bind 127.0.0.1 --port "$2" --save '' --appendonly no
 		--dir "$TMP/redis") ;;
 	esac
