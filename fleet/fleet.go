@@ -107,6 +107,13 @@ type pipeline struct {
 	job   *runtime.Job
 }
 
+// opened reports whether the pipeline's job had opened (restored, flushed).
+func (p *pipeline) opened() bool {
+	p.jobMu.Lock()
+	defer p.jobMu.Unlock()
+	return p.job != nil
+}
+
 // New checks o and returns the worker.
 func New(o Options) (*Fleet, error) {
 	var errs []error
@@ -142,16 +149,18 @@ func New(o Options) (*Fleet, error) {
 // checkpoint (drained if Config.Drain says so: with it, every range this
 // worker holds drains, though the other workers go on with them, so it is
 // for stopping a whole fleet), its claim and the slot are released, and Run
-// returns nil. A failing range pipeline is logged, its range released and
+// returns nil, or an error if a running range could not stop cleanly. A failing range pipeline is logged, its range released and
 // left to the others for a while, and the worker goes on; a lost slot is
 // taken again.
-func (f *Fleet) Run(ctx context.Context) error {
+func (f *Fleet) Run(ctx context.Context) (err error) {
 	watcher := lease.NewWatcher()
 	bo := f.w.BalanceOptions()
 	var slot *lease.Claim
 	var slotDone chan error
 	defer func() {
-		f.stopAll()
+		if serr := f.stopAll(); serr != nil && err == nil {
+			err = serr
+		}
 		if slot != nil {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -399,11 +408,18 @@ func (f *Fleet) ended(p *pipeline) {
 		f.log.Info("range stopped", "range", p.r.String(), "handoff", p.handoff)
 	case p.handoff:
 		f.log.Warn("range stopped during its handoff with an error; the asker restores its last checkpoint", "range", p.r.String(), "err", p.err)
-	case p.stopped:
-		f.log.Info("range stopped with the worker before it was running", "range", p.r.String(), "err", p.err)
 	case errors.Is(p.err, lease.ErrLost):
+		// Also while the worker stops: the range then ends without its
+		// final checkpoint (and undrained), and its next holder restores
+		// the last one.
 		f.m.lost.Inc()
-		f.log.Warn("range lost: its lease lapsed or was taken over, and its pipeline stopped without writing more", "range", p.r.String(), "err", p.err)
+		f.log.Warn("range lost: its lease lapsed or was taken over, and its pipeline stopped without writing more", "range", p.r.String(), "stopping", p.stopped, "err", p.err)
+	case p.stopped && !p.opened():
+		f.log.Info("range stopped with the worker before it was running", "range", p.r.String(), "err", p.err)
+	case p.stopped:
+		f.m.failures.Inc()
+		f.log.Error("range did not stop cleanly: it ended without its final checkpoint, and its next holder restores the last committed one",
+			"range", p.r.String(), "err", p.err)
 	default:
 		f.m.failures.Inc()
 		// Longer than the handoff timeout, after which the others take a
@@ -420,7 +436,11 @@ func (f *Fleet) ended(p *pipeline) {
 }
 
 // stopAll stops every pipeline (each with a final checkpoint) and waits.
-func (f *Fleet) stopAll() {
+// It returns an error naming the ranges that had opened and then did not
+// end cleanly (their lease lapsed, their final checkpoint failed): they
+// stopped without their final checkpoint, undrained, and their next
+// holder restores the last committed one.
+func (f *Fleet) stopAll() error {
 	f.mu.Lock()
 	ps := slices.Collect(maps.Values(f.ranges))
 	f.mu.Unlock()
@@ -428,9 +448,19 @@ func (f *Fleet) stopAll() {
 		p.stopped = true
 		p.stop()
 	}
+	var errs []error
 	for range ps {
-		f.ended(<-f.done)
+		p := <-f.done
+		f.ended(p)
+		if p.err != nil && p.opened() {
+			errs = append(errs, p.err)
+		}
 	}
+	if len(errs) > 0 {
+		return fmt.Errorf("fleet: %d of the %d ranges this worker ran did not stop cleanly (their next holder restores their last checkpoint): %w",
+			len(errs), len(ps), errors.Join(errs...))
+	}
+	return nil
 }
 
 // Held returns the ranges this worker runs now, in key-group order.

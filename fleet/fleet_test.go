@@ -44,6 +44,9 @@ type world struct {
 	// poison, if set, makes the pipeline of range poison ("*": of every
 	// range) fail to start on worker poisonOn.
 	poison, poisonOn string
+	// leaseAPI, if set, is the workers' way to the lease table (leases
+	// otherwise).
+	leaseAPI lease.RangeAPI
 }
 
 const testJob = "job"
@@ -101,7 +104,11 @@ type worker struct {
 
 func (w *world) start(id string) *worker {
 	w.t.Helper()
-	lw, err := lease.NewWorker(w.leases, lease.WorkerOptions{Table: "leases", Job: testJob, ID: id, Duration: 600 * time.Millisecond})
+	var api lease.RangeAPI = w.leases
+	if w.leaseAPI != nil {
+		api = w.leaseAPI
+	}
+	lw, err := lease.NewWorker(api, lease.WorkerOptions{Table: "leases", Job: testJob, ID: id, Duration: 600 * time.Millisecond})
 	if err != nil {
 		w.t.Fatal(err)
 	}

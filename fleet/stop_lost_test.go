@@ -1,0 +1,67 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/adclick/adclick/ingest/kinesis"
+	"github.com/adclick/adclick/lease"
+)
+
+// stallingLeases is the lease table whose writes hang while stalled is
+// set: a lease store too loaded to answer.
+type stallingLeases struct {
+	*lease.Mem
+	stalled atomic.Bool
+}
+
+func (s *stallingLeases) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opt ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	for s.stalled.Load() {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return s.Mem.UpdateItem(ctx, in, opt...)
+}
+
+// A range whose lease lapses while its worker stops ends without its final
+// checkpoint, undrained: that is a lost range, counted and logged as one,
+// and the worker's Run returns an error for it (before, it was logged at
+// info as a range "stopped with the worker before it was running", not
+// counted, and the worker exited as if every range had stopped cleanly).
+func TestRangeLostWhileStoppingIsCounted(t *testing.T) {
+	w := newWorld(t, 1, 1, kinesis.ReadPoll)
+	stall := &stallingLeases{Mem: w.leases}
+	w.leaseAPI = stall
+	a := w.start("a")
+	waitFor(t, "a to run the range", 20*time.Second, func() bool { return len(a.f.Status()) == 1 })
+	stall.stalled.Store(true)
+	a.cancel()
+	// Past the lease's validity (400 ms): the final checkpoint cannot be
+	// committed, the renewals time out, the range is lost.
+	time.Sleep(1500 * time.Millisecond)
+	stall.stalled.Store(false)
+	select {
+	case err := <-a.done:
+		if !errors.Is(err, lease.ErrLost) {
+			t.Errorf("worker a's Run returned %v; want an error for the range that did not stop cleanly", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker a did not stop")
+	}
+	var m dto.Metric
+	if err := a.f.m.lost.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetCounter().GetValue(); got != 1 {
+		t.Errorf("adclick_fleet_ranges_lost_total = %v after the range's lease lapsed during the stop, want 1", got)
+	}
+}
