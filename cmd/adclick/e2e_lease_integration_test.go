@@ -30,7 +30,7 @@ func TestSecondProcessRefusedAWS(t *testing.T) {
 	run(t, 0, "setup", "--sink", "dynamodb:"+table, "--checkpoints", url)
 	args := func(data string) []string {
 		return append([]string{"run", "--source", "gen", "--gen-rate", "200", "--data", data, "--sink", "dynamodb:" + table,
-			"--checkpoints", url, "--lease-ms", "1500"}, runFlags...)
+			"--checkpoints", url, "--lease-ms", "3000"}, runFlags...)
 	}
 	first := exec.Command(binPath, args(filepath.Join(dir, "a"))...)
 	var firstErr bytes.Buffer
@@ -46,7 +46,7 @@ func TestSecondProcessRefusedAWS(t *testing.T) {
 	if !strings.Contains(out, "job lease") || !strings.Contains(out, "held") {
 		t.Fatalf("second process: stderr %q, want a refusal by the job lease", out)
 	}
-	if d := time.Since(start); d < 1500*time.Millisecond {
+	if d := time.Since(start); d < 3*time.Second {
 		t.Fatalf("refused after %s, before watching the lease for its duration", d)
 	}
 	if first.ProcessState != nil {
