@@ -319,15 +319,7 @@ func TestSmokeS3(t *testing.T) {
 		t.Fatalf("put object: %v", err)
 	}
 
-	got, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: bucket, Key: key})
-	if err != nil {
-		t.Fatalf("get object: %v", err)
-	}
-	b, err := io.ReadAll(got.Body)
-	got.Body.Close()
-	if err != nil {
-		t.Fatalf("read object: %v", err)
-	}
+	b := getObject(ctx, t, c, bucket, key)
 	if !bytes.Equal(b, body) {
 		t.Fatalf("object body: got %d bytes %q..., want %d bytes %q...", len(b), head(b), len(body), head(body))
 	}
@@ -374,20 +366,26 @@ func TestSmokeS3AbortedPut(t *testing.T) {
 		t.Fatal("a PUT whose body was cut after 2 bytes succeeded")
 	}
 	for i := range 10 { // the server may notice the cut a little later
-		got, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: bucket, Key: key})
-		if err != nil {
-			t.Fatalf("get object: %v", err)
-		}
-		b, err := io.ReadAll(got.Body)
-		got.Body.Close()
-		if err != nil {
-			t.Fatalf("read object: %v", err)
-		}
-		if string(b) != "41" {
+		if b := getObject(ctx, t, c, bucket, key); string(b) != "41" {
 			t.Fatalf("read %d after a cut PUT: object %q, want the old %q", i, b, "41")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// getObject returns the object's body.
+func getObject(ctx context.Context, t *testing.T, c *s3.Client, bucket, key *string) []byte {
+	t.Helper()
+	got, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: bucket, Key: key})
+	if err != nil {
+		t.Fatalf("get object: %v", err)
+	}
+	defer got.Body.Close()
+	b, err := io.ReadAll(got.Body)
+	if err != nil {
+		t.Fatalf("read object: %v", err)
+	}
+	return b
 }
 
 // cutBody sends the first 2 bytes of a request's body, then fails it: the
