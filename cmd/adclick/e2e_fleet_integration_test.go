@@ -5,8 +5,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -20,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/adclick/adclick/internal/testenv"
@@ -470,5 +474,50 @@ func TestFleetEndToEnd(t *testing.T) {
 	}
 	if len(scopes) != ranges {
 		t.Errorf("rows carry the scopes %v, want %d ranges'", scopes, ranges)
+	}
+
+	// The recount of a fleet's job judges an hour by the lowest watermark
+	// its ranges committed in the lease table (before, it found no
+	// checkpoint at the --checkpoints root and knew no watermark), and
+	// reads every range's lake. The marks' hour is final once the lowest
+	// has passed its end + horizon (2 h) + margin: it is not, and the
+	// refusal must name the lowest; had it passed, the hour must balance.
+	out, err := testenv.DynamoDBClient(t).Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(table + "-leases")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lowest, committed := int64(math.MaxInt64), 0
+	for _, it := range out.Items {
+		if strings.HasPrefix(testenv.AttrS(it, "lease_key"), job+"#kg") {
+			committed++
+			lowest = min(lowest, testenv.AttrN(it, "watermark"))
+		}
+	}
+	if committed != ranges {
+		t.Fatalf("%d range items in the lease table, want %d", committed, ranges)
+	}
+	t.Logf("the lowest watermark the ranges committed: %d", lowest)
+	hourMs := markMs - markMs%3_600_000
+	hour := time.UnixMilli(hourMs).UTC().Format("2006-01-02T15Z")
+	args = []string{"reconcile", "--hour", hour, "--json", "--sink", "dynamodb:" + table, "--checkpoints", bucket + "/ckpt",
+		"--lake", bucket + "/lake", "--job-name", job}
+	if readyAt := hourMs + 3_600_000 + 2*3_600_000 + 600_000; lowest < readyAt {
+		_, stderr := runBoth(t, 1, args...)
+		want := "the job watermark (" + time.UnixMilli(lowest).UTC().Format(time.RFC3339) + ")"
+		if !bytes.Contains(stderr, []byte(want)) || !bytes.Contains(stderr, []byte("not final yet")) {
+			t.Errorf("reconcile of the fleet's hour %s: stderr %s\nwant a refusal naming %s", hour, stderr, want)
+		}
+		return
+	}
+	var res []struct {
+		Status   string `json:"status"`
+		Balanced bool   `json:"balanced"`
+		Accepted int64  `json:"accepted"`
+	}
+	if err := json.Unmarshal(run(t, 0, args...), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].Status != "checked" || !res[0].Balanced || res[0].Accepted == 0 {
+		t.Errorf("reconcile of the fleet's hour %s: %+v; want it checked, balanced, with clicks", hour, res)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/ckptstore/ckpt"
+	"github.com/adclick/adclick/lease"
 	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/recount/s3lake"
 	"github.com/adclick/adclick/runtime"
@@ -45,7 +46,12 @@ final_*; one under an older --gen is refused. The embedded store must not
 be in use by a running job.
 
 Hours: --hour 2026-11-29T10Z, or --from/--to (both included), or
---all-ready (every hour of the lake that is final).`
+--all-ready (every hour of the lake that is final).
+
+A fleet's job (setup --ranges, run --fleet) has its checkpoints per range:
+its watermark is the lowest any range committed in the lease table
+(--lease-table, --job-name as given to run), and an hour is final once
+every range has passed it.`
 
 const reconcileSummary = `Reconciles hours without writing: recounts them from the raw-click lake
 and prints, per (ad, hour), fast, late, A, B, final and whether
@@ -67,6 +73,7 @@ type recountFlags struct {
 	maxIDs          int
 	logLevel        string
 	logFormat       string
+	leaseTable, job string // a fleet's job (recount_fleet.go)
 	sf              sinkFlags
 }
 
@@ -84,6 +91,8 @@ func (f *recountFlags) register(fs *flag.FlagSet, write bool) {
 	fs.StringVar(&f.lake, "lake", "", "the raw-click lake: s3://BUCKET/PREFIX (endpoint and credentials from the AWS SDK's variables) or a folder; default DATA/lake")
 	fs.StringVar(&f.checkpoints, "checkpoints", "", "the job's checkpoints in s3://BUCKET/PREFIX (as given to run): the watermark, horizon and allowance are the latest one's; default DATA/checkpoints")
 	fs.StringVar(&f.watermark, "watermark", "", "the job watermark (RFC 3339 time or Unix ms), instead of the latest checkpoint's")
+	fs.StringVar(&f.leaseTable, "lease-table", "", "a fleet's lease table (default with --sink dynamodb:TABLE: TABLE"+lease.TableSuffix+"): for a job run by run --fleet, whose --checkpoints hold one prefix per range, the watermark is the lowest its ranges committed there")
+	fs.StringVar(&f.job, "job-name", "", "a fleet's job name in the lease table, as given to setup --ranges and run --fleet (default: the --checkpoints s3:// location)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print the results as JSON instead of a table")
 	fs.Int64Var(&f.horizonMs, "horizon-ms", preagg.DefaultHorizonMs, "acceptance horizon after the impression, ms: the job's, from its latest checkpoint; this default only without one")
 	fs.Int64Var(&f.allowanceMs, "allowance-ms", 5_000, "out-of-orderness allowance, ms: the job's, from its latest checkpoint; this default only without one")
@@ -129,6 +138,16 @@ func recountMain(ctx context.Context, name, summary string, write bool, args []s
 	ck, where, err := latestCheckpoint(ctx, f.checkpoints, f.data)
 	if err != nil {
 		return err
+	}
+	if ck == nil {
+		// A fleet's job keeps no checkpoint at the root, one per range.
+		fck, fwhere, err := f.fleetCheckpoint(ctx, log)
+		if err != nil {
+			return err
+		}
+		if fck != nil || fwhere != "" {
+			ck, where = fck, fwhere
+		}
 	}
 	if err := f.jobSettings(fs, ck, log); err != nil {
 		return err
