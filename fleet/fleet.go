@@ -88,6 +88,9 @@ type Fleet struct {
 	// worker leaves them to the others (a range that fails on every start
 	// must not spin on one worker).
 	resting map[string]time.Time
+	// unclean collects, once the worker stops, the errors of the ranges
+	// that did not stop cleanly (only on Run's goroutine).
+	unclean []error
 }
 
 // pipeline is one range pipeline and its goroutine.
@@ -107,11 +110,28 @@ type pipeline struct {
 	job   *runtime.Job
 }
 
-// opened reports whether the pipeline's job had opened (restored, flushed).
-func (p *pipeline) opened() bool {
+// cleanStopFailed reports whether a pipeline that ended with an error
+// after its worker stopped it had been running: its job had opened
+// (restored, flushed), and the error is not that of a source still
+// opening when the stop came (cancelled: nothing was read yet). Such a
+// range ended without its final checkpoint.
+func (p *pipeline) cleanStopFailed() bool {
 	p.jobMu.Lock()
-	defer p.jobMu.Unlock()
-	return p.job != nil
+	opened := p.job != nil
+	p.jobMu.Unlock()
+	if p.err == nil || !opened {
+		return false
+	}
+	return errors.Is(p.err, lease.ErrLost) || !errors.Is(p.err, context.Canceled)
+}
+
+// finish books a pipeline that ended, and remembers it if it ended with
+// the worker's stop without stopping cleanly.
+func (f *Fleet) finish(p *pipeline) {
+	f.ended(p)
+	if p.stopped && p.cleanStopFailed() {
+		f.unclean = append(f.unclean, p.err)
+	}
 }
 
 // New checks o and returns the worker.
@@ -176,7 +196,10 @@ func (f *Fleet) Run(ctx context.Context) (err error) {
 		case <-ctx.Done():
 			return nil
 		case p := <-f.done:
-			f.ended(p)
+			if ctx.Err() != nil {
+				p.stopped = true // it ended with the worker's stop
+			}
+			f.finish(p)
 			continue
 		case err := <-slotDone:
 			f.log.Warn("slot lease lost; taking a slot again", "err", err)
@@ -414,7 +437,7 @@ func (f *Fleet) ended(p *pipeline) {
 		// the last one.
 		f.m.lost.Inc()
 		f.log.Warn("range lost: its lease lapsed or was taken over, and its pipeline stopped without writing more", "range", p.r.String(), "stopping", p.stopped, "err", p.err)
-	case p.stopped && !p.opened():
+	case p.stopped && !p.cleanStopFailed():
 		f.log.Info("range stopped with the worker before it was running", "range", p.r.String(), "err", p.err)
 	case p.stopped:
 		f.m.failures.Inc()
@@ -448,17 +471,12 @@ func (f *Fleet) stopAll() error {
 		p.stopped = true
 		p.stop()
 	}
-	var errs []error
 	for range ps {
-		p := <-f.done
-		f.ended(p)
-		if p.err != nil && p.opened() {
-			errs = append(errs, p.err)
-		}
+		f.finish(<-f.done)
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("fleet: %d of the %d ranges this worker ran did not stop cleanly (their next holder restores their last checkpoint): %w",
-			len(errs), len(ps), errors.Join(errs...))
+	if len(f.unclean) > 0 {
+		return fmt.Errorf("fleet: %d ranges did not stop cleanly (their next holder restores their last committed checkpoint): %w",
+			len(f.unclean), errors.Join(f.unclean...))
 	}
 	return nil
 }

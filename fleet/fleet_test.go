@@ -19,6 +19,7 @@ import (
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/ingest/kinesis/kinesistest"
+	"github.com/adclick/adclick/ingest/source"
 	"github.com/adclick/adclick/lease"
 	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/runtime"
@@ -45,8 +46,9 @@ type world struct {
 	// range) fail to start on worker poisonOn.
 	poison, poisonOn string
 	// leaseAPI, if set, is the workers' way to the lease table (leases
-	// otherwise).
-	leaseAPI lease.RangeAPI
+	// otherwise); openSource, if set, replaces the Kinesis source.
+	leaseAPI   lease.RangeAPI
+	openSource source.Open
 }
 
 const testJob = "job"
@@ -129,16 +131,20 @@ func (w *world) start(id string) *worker {
 			if err != nil {
 				return runtime.Config{}, err
 			}
+			open := w.openSource
+			if open == nil {
+				open = kinesis.Opener(w.api, kinesis.Options{Stream: w.stream, MinCallInterval: 5 * time.Millisecond,
+					PollInterval: 10 * time.Millisecond, Rediscover: 100 * time.Millisecond, Limit: 50,
+					// With enhanced fan-out, each range reads through a
+					// consumer of its own, as run --fleet names them.
+					Read: w.read, Consumer: consumerOf(w.read, r), SubscribeInterval: 10 * time.Millisecond})
+			}
 			return runtime.Config{
 				DataDir: filepath.Join(w.dir, "workers", id, r.String()), Source: "kinesis:" + w.stream, Parallelism: 2,
 				AllowanceMs: new(int64(200)), Watermarks: ingest.WatermarkOptions{IntervalMs: 50, IdleMs: 500},
 				CheckpointIntervalMs: 200, Drain: true, FlushWritesPerSec: 1e6,
-				OpenSource: kinesis.Opener(w.api, kinesis.Options{Stream: w.stream, MinCallInterval: 5 * time.Millisecond,
-					PollInterval: 10 * time.Millisecond, Rediscover: 100 * time.Millisecond, Limit: 50,
-					// With enhanced fan-out, each range reads through a
-					// consumer of its own, as run --fleet names them.
-					Read: w.read, Consumer: consumerOf(w.read, r), SubscribeInterval: 10 * time.Millisecond}),
-				Rows: rows, Totals: rows,
+				OpenSource: open,
+				Rows:       rows, Totals: rows,
 				OpenCheckpoints: ckptstore.LocalOpener(filepath.Join(w.dir, "checkpoints", r.String()), ckptstore.Options{}),
 				Lake:            w.lake,
 			}, nil

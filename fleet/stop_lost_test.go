@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/adclick/adclick/ingest/kinesis"
+	"github.com/adclick/adclick/ingest/source"
 	"github.com/adclick/adclick/lease"
 )
 
@@ -63,5 +65,41 @@ func TestRangeLostWhileStoppingIsCounted(t *testing.T) {
 	}
 	if got := m.GetCounter().GetValue(); got != 1 {
 		t.Errorf("adclick_fleet_ranges_lost_total = %v after the range's lease lapsed during the stop, want 1", got)
+	}
+}
+
+// A range whose source is still opening when the worker stops (an EFO
+// consumer being registered, say) has read nothing: it stops as one that
+// was not running yet, and the stop is clean (before, it was an error
+// "did not stop cleanly", and the worker exited non-zero).
+func TestRangeStoppedWhileItsSourceOpensStopsCleanly(t *testing.T) {
+	w := newWorld(t, 1, 1, kinesis.ReadPoll)
+	opening := make(chan struct{}, 1)
+	w.openSource = func(ctx context.Context, _ source.Start) (source.Source, error) {
+		opening <- struct{}{}
+		<-ctx.Done()
+		return nil, fmt.Errorf("test: register the consumer: %w", ctx.Err())
+	}
+	a := w.start("a")
+	select {
+	case <-opening:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the range's source was never opened")
+	}
+	a.cancel()
+	select {
+	case err := <-a.done:
+		if err != nil {
+			t.Errorf("worker a's Run = %v after a stop while its source opened; want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker a did not stop")
+	}
+	var m dto.Metric
+	if err := a.f.m.failures.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetCounter().GetValue(); got != 0 {
+		t.Errorf("adclick_fleet_range_failures_total = %v, want 0", got)
 	}
 }
