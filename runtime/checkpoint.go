@@ -362,12 +362,21 @@ func LatestMeta(ctx context.Context, st ckpt.Store) (m Meta, found bool, err err
 	if !ok {
 		return Meta{}, false, nil
 	}
+	m, err = MetaOf(ctx, st, id)
+	return m, err == nil, err
+}
+
+// MetaOf reads the metadata of checkpoint id in st, as LatestMeta does:
+// for a reader that knows which checkpoint counts (a fleet's range, whose
+// lease item names the committed one).
+func MetaOf(ctx context.Context, st ckpt.Store, id int64) (Meta, error) {
+	var m Meta
 	b, err := st.ReadFile(ctx, id, ckpt.Checkpoint, "meta.json")
 	if err != nil {
-		return Meta{}, false, fmt.Errorf("runtime: read checkpoint %d: %w", id, err)
+		return Meta{}, fmt.Errorf("runtime: read checkpoint %d: %w", id, err)
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return Meta{}, false, fmt.Errorf("runtime: checkpoint %d: meta.json: %w: %w", id, ckpt.ErrCorrupt, err)
+		return Meta{}, fmt.Errorf("runtime: checkpoint %d: meta.json: %w: %w", id, ckpt.ErrCorrupt, err)
 	}
-	return m, true, nil
+	return m, nil
 }

@@ -40,10 +40,11 @@ type fleetWorker struct {
 
 // fleetLog is one line of a worker's JSON log.
 type fleetLog struct {
-	Time  time.Time `json:"time"`
-	Msg   string    `json:"msg"`
-	Range string    `json:"range"`
-	Found *bool     `json:"found"`
+	Time    time.Time `json:"time"`
+	Msg     string    `json:"msg"`
+	Range   string    `json:"range"`
+	Found   *bool     `json:"found"`
+	Handoff bool      `json:"handoff"`
 }
 
 func freeAddr(t *testing.T) string {
@@ -409,7 +410,7 @@ func TestFleetEndToEnd(t *testing.T) {
 		for _, w := range workers {
 			clean := map[string]bool{}
 			for _, l := range w.logs(t, stopAt) {
-				if l.Msg == "range stopped" {
+				if l.Msg == "range stopped" && !l.Handoff { // a handoff does not drain
 					clean[l.Range] = true
 				}
 			}
@@ -480,8 +481,8 @@ func TestFleetEndToEnd(t *testing.T) {
 	// its ranges committed in the lease table (before, it found no
 	// checkpoint at the --checkpoints root and knew no watermark), and
 	// reads every range's lake. The marks' hour is final once the lowest
-	// has passed its end + horizon (2 h) + margin: it is not, and the
-	// refusal must name the lowest; had it passed, the hour must balance.
+	// has passed its end + horizon (2 h) + margin, hours from now: the
+	// refusal must name the lowest.
 	out, err := testenv.DynamoDBClient(t).Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(table + "-leases")})
 	if err != nil {
 		t.Fatal(err)
@@ -501,23 +502,12 @@ func TestFleetEndToEnd(t *testing.T) {
 	hour := time.UnixMilli(hourMs).UTC().Format("2006-01-02T15Z")
 	args = []string{"reconcile", "--hour", hour, "--json", "--sink", "dynamodb:" + table, "--checkpoints", bucket + "/ckpt",
 		"--lake", bucket + "/lake", "--job-name", job}
-	if readyAt := hourMs + 3_600_000 + 2*3_600_000 + 600_000; lowest < readyAt {
-		_, stderr := runBoth(t, 1, args...)
-		want := "the job watermark (" + time.UnixMilli(lowest).UTC().Format(time.RFC3339) + ")"
-		if !bytes.Contains(stderr, []byte(want)) || !bytes.Contains(stderr, []byte("not final yet")) {
-			t.Errorf("reconcile of the fleet's hour %s: stderr %s\nwant a refusal naming %s", hour, stderr, want)
-		}
-		return
+	if readyAt := hourMs + 3_600_000 + 2*3_600_000 + 600_000; lowest >= readyAt {
+		t.Fatalf("the lowest committed watermark %d is past the marks' hour's end + horizon + margin %d: the ranges committed more than they read", lowest, readyAt)
 	}
-	var res []struct {
-		Status   string `json:"status"`
-		Balanced bool   `json:"balanced"`
-		Accepted int64  `json:"accepted"`
-	}
-	if err := json.Unmarshal(run(t, 0, args...), &res); err != nil {
-		t.Fatal(err)
-	}
-	if len(res) != 1 || res[0].Status != "checked" || !res[0].Balanced || res[0].Accepted == 0 {
-		t.Errorf("reconcile of the fleet's hour %s: %+v; want it checked, balanced, with clicks", hour, res)
+	_, stderr := runBoth(t, 1, args...)
+	want := "the job watermark (" + time.UnixMilli(lowest).UTC().Format(time.RFC3339) + ")"
+	if !bytes.Contains(stderr, []byte(want)) || !bytes.Contains(stderr, []byte("not final yet")) {
+		t.Errorf("reconcile of the fleet's hour %s: stderr %s\nwant a refusal naming %s", hour, stderr, want)
 	}
 }

@@ -139,13 +139,18 @@ func recountMain(ctx context.Context, name, summary string, write bool, args []s
 	if err != nil {
 		return err
 	}
-	if ck == nil {
+	if named := f.leaseTable != "" || f.job != ""; ck == nil || named {
 		// A fleet's job keeps no checkpoint at the root, one per range.
+		// Named with --lease-table or --job-name, it is the one meant,
+		// whatever the root holds.
 		fck, fwhere, err := f.fleetCheckpoint(ctx, log)
 		if err != nil {
 			return err
 		}
 		if fck != nil || fwhere != "" {
+			if ck != nil {
+				log.Warn("the --checkpoints root also holds a checkpoint, of a job that is not the fleet's: not used", "checkpoint", ck.where)
+			}
 			ck, where = fck, fwhere
 		}
 	}
@@ -157,7 +162,7 @@ func recountMain(ctx context.Context, name, summary string, write bool, args []s
 		return err
 	}
 	if wmFn == nil && !f.force {
-		return fmt.Errorf("no checkpoint in %s: the job watermark is unknown; pass --watermark, or --force", where)
+		return fmt.Errorf("no checkpoint in %s: the job watermark is unknown; pass --watermark, or --force (a fleet's job: --job-name as given to run --fleet)", where)
 	}
 	rows, closeRows, err := openRows(ctx, &f.sf, f.data)
 	if err != nil {

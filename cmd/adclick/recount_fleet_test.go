@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/adclick/adclick/lease"
 )
@@ -60,15 +62,26 @@ func TestReadFleetMark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fm.ranges) != 3 || len(fm.missing) != 1 || fm.missing[0] != rs[1] {
-		t.Fatalf("ranges %v, missing %v; want 3 ranges, %v missing", fm.ranges, fm.missing, rs[1])
+	if want := []string{"kg42-85 (no committed checkpoint yet)"}; len(fm.ranges) != 3 || !slices.Equal(fm.notReady, want) {
+		t.Fatalf("ranges %v, not ready %q; want 3 ranges, %q", fm.ranges, fm.notReady, want)
 	}
 	commit(rs[1], 2, 7_000)
 	commit(rs[0], 5, 11_000)
 	if fm, err = readFleetMark(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if len(fm.missing) != 0 || fm.watermark != 5_000 || fm.behind != rs[2] {
-		t.Errorf("missing %v, watermark %d of %v; want none, 5000 of %v", fm.missing, fm.watermark, fm.behind, rs[2])
+	if len(fm.notReady) != 0 || fm.watermark != 5_000 || fm.behind != rs[2] || fm.committed[rs[0]].ID != 5 {
+		t.Errorf("not ready %q, watermark %d of %v, committed %v; want none, 5000 of %v, checkpoint 5 of %v",
+			fm.notReady, fm.watermark, fm.behind, fm.committed, rs[2], rs[0])
+	}
+	// A fence sweep owed keeps the range's writes in doubt.
+	if err := claims[rs[0]].SetSweepDue(ctx, lease.SweepDue{Fence: 1, From: 3, To: 5, NotBefore: time.Unix(1, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if fm, err = readFleetMark(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"kg0-42 (owes a fence sweep)"}; !slices.Equal(fm.notReady, want) {
+		t.Errorf("not ready %q with a sweep owed, want %q", fm.notReady, want)
 	}
 }
