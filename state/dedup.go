@@ -67,6 +67,7 @@ type Dedup struct {
 	insertedAtDelete     int64 // inserted at the last batched deletion
 	vain, gets, folds    int64
 	touched              uint32 // sink of Prefetch's reads, so they are not optimised away
+	interimChecked       bool   // refuseInterim passed
 
 	// perKeyGroup and lag are physicalPerKeyGroup and physicalLagBuckets
 	// (tests change them).
@@ -335,6 +336,25 @@ func (d *Dedup) regrow(kg int, p *partition) error {
 	return nil
 }
 
+// refuseInterim fails if the DB holds a dedup entry of the unreleased
+// interim layout (prefixInterimDedup): its keys would be misread as
+// another key group's and bucket's, silently losing duplicates.
+func (d *Dedup) refuseInterim() error {
+	lower := []byte{prefixInterimDedup}
+	iter, err := d.db.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+	if err != nil {
+		return err
+	}
+	found := iter.First()
+	if err := iter.Close(); err != nil {
+		return err
+	}
+	if found {
+		return errors.New("the state holds dedup entries of a development layout that no release wrote ('e' keys); restore a checkpoint written by a release, or start the job without state")
+	}
+	return nil
+}
+
 // load builds the filters of key group kg from the committed DB: its
 // entries, and its legacy entries. It runs on the Dedup's first use of kg
 // (after a restore: once per key group, reading every id of kg once, in
@@ -347,6 +367,12 @@ func (d *Dedup) load(kg int) error {
 	cur, legacy := map[int64][]ent{}, map[int64][]ent{}
 	g := &d.kgs[kg]
 	fail := func(err error) error { return fmt.Errorf("state: dedup load key group %d: %w", kg, err) }
+	if !d.interimChecked {
+		if err := d.refuseInterim(); err != nil {
+			return fail(err)
+		}
+		d.interimChecked = true
+	}
 	g.live = math.MinInt64
 	v, closer, err := d.db.db.Get(boundKey(kg))
 	switch {
@@ -437,7 +463,7 @@ func bucketOf(ms int64) int64 {
 
 // Dedup keys. An entry is
 //
-//	'e' kg(click id) bucket len(ad) ad id
+//	'g' kg(click id) bucket len(ad) ad id
 //
 // with the key group one byte, the bucket 8 bytes (as in appendBucketKey)
 // and len(ad) a uvarint: an ad id may hold any byte, 0x00 included (ingest

@@ -32,7 +32,7 @@
 // # Key layout
 //
 //	'b' op 0x00 kg(2 bytes, big-endian)              → operator blob
-//	'e' kg(click id) bucket(8 bytes)
+//	'g' kg(click id) bucket(8 bytes)
 //	    len(ad)(uvarint) ad click id                  → empty: dedup entry
 //	'd' kg(click id) bucket(8 bytes) click id         → empty: legacy dedup entry
 //	'f' kg(click id)                                  → bucket(8 bytes): expiry bound

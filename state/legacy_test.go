@@ -5,7 +5,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // TestDedupOneClickIDTwoAds: a click id sent with two ads is two clicks,
@@ -89,10 +92,10 @@ func TestDedupAdEncoding(t *testing.T) {
 	if err := d.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	want := []byte{'e', 4}
+	want := []byte{'g', 4}
 	want = binary.BigEndian.AppendUint64(want, uint64(bucketOfTest(exp))^(1<<63))
 	want = append(append(want, 4), "ad_7c1"...)
-	if keys := rawKeys(t, db, 'e'); !bytes.Contains(bytes.Join(keys, []byte("|")), want) {
+	if keys := rawKeys(t, db, 'g'); !bytes.Contains(bytes.Join(keys, []byte("|")), want) {
 		t.Fatalf("no key %q among %q", want, keys)
 	}
 }
@@ -299,7 +302,7 @@ func TestDedupExpiredKeysStayHidden(t *testing.T) {
 	if err := d.Expire(0, KeyGroups, base+7*m); err != nil { // only moves the bound
 		t.Fatal(err)
 	}
-	if n := len(rawKeys(t, db, 'e')); n != 3 {
+	if n := len(rawKeys(t, db, 'g')); n != 3 {
 		t.Fatalf("%d entry keys in the DB, want the 3 inserted (deletion batched)", n)
 	}
 	if n := len(rawKeys(t, db, 'd')); n != 1 {
@@ -342,7 +345,31 @@ func TestDedupExpiredKeysStayHidden(t *testing.T) {
 	if err := d.Expire(0, KeyGroups, base+40*m); err != nil {
 		t.Fatal(err)
 	}
-	if keys := rawKeys(t, db, 'e'); len(keys) != 1 || len(rawKeys(t, db, 'd')) != 0 {
+	if keys := rawKeys(t, db, 'g'); len(keys) != 1 || len(rawKeys(t, db, 'd')) != 0 {
 		t.Fatalf("entry keys %q and legacy keys %q after Expire 33 buckets on, want c3's alone", keys, rawKeys(t, db, 'd'))
+	}
+}
+
+// A DB holding dedup entries of the interim layout that no release wrote
+// ('e' kg(ad) kg(click id) bucket len(ad) ad id) is refused at the first
+// use of its entries, not misread: its key groups' bytes would be taken
+// for another key group and bucket, and its ids would no longer
+// de-duplicate.
+func TestDedupRefusesInterimEntries(t *testing.T) {
+	db, _ := openTemp(t, Options{})
+	k := []byte{'e', 7, 3}
+	k = binary.BigEndian.AppendUint64(k, uint64(base/BucketMs)^(1<<63))
+	k = binary.AppendUvarint(k, 4)
+	k = append(k, "ad_1c1"...)
+	if err := db.db.Set(k, nil, pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	d := db.NewDedup()
+	_, err := d.Insert(3, "ad_1", "c1", base+hourMs)
+	if err == nil || !strings.Contains(err.Error(), "development layout") {
+		t.Fatalf("Insert on a DB with interim entries: %v; want a refusal", err)
+	}
+	if err := d.Expire(0, KeyGroups, base); err == nil {
+		t.Error("Expire on a DB with interim entries succeeded; want a refusal")
 	}
 }

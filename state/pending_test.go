@@ -133,7 +133,7 @@ func TestPendingFindByID(t *testing.T) {
 			t.Errorf("find(%d, %q, %q) = %d, want %d", tc.kg, tc.ad, tc.id, got, tc.want)
 		}
 	}
-	want := []byte{'e', 3, 0x80, 0, 0, 0, 0, 0, 0, 12, 2, 'a', 'd', 'x'} // the layout, spelt out
+	want := []byte{'g', 3, 0x80, 0, 0, 0, 0, 0, 0, 12, 2, 'a', 'd', 'x'} // the layout, spelt out
 	if got := p.key(&p.ents[0]); !bytes.Equal(got, want) || p.ents[0].bucket != 12 {
 		t.Errorf("after setBucket(0, 12): key %x bucket %d, want %x, 12", got, p.ents[0].bucket, want)
 	}

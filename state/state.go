@@ -222,7 +222,11 @@ func (db *DB) SizeBytes() int64 {
 
 const (
 	prefixBlob  = 'b'
-	prefixDedup = 'e'
+	prefixDedup = 'g'
+	// prefixInterimDedup held the dedup entries of a layout that was never
+	// released ('e' kg(ad) kg(click id) bucket len(ad) ad id): a DB holding
+	// any is refused, not misread.
+	prefixInterimDedup = 'e'
 	// prefixLegacyDedup holds the dedup entries of the previous version,
 	// keyed by click id alone: read, never written, until they expire.
 	prefixLegacyDedup = 'd'
