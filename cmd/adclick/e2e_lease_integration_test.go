@@ -30,7 +30,7 @@ func TestSecondProcessRefusedAWS(t *testing.T) {
 	run(t, 0, "setup", "--sink", "dynamodb:"+table, "--checkpoints", url)
 	args := func(data string) []string {
 		return append([]string{"run", "--source", "gen", "--gen-rate", "200", "--data", data, "--sink", "dynamodb:" + table,
-			"--checkpoints", url, "--lease-ms", "3000"}, runFlags...)
+			"--checkpoints", url, "--lease-ms", "6000"}, runFlags...)
 	}
 	first := exec.Command(binPath, args(filepath.Join(dir, "a"))...)
 	var firstErr bytes.Buffer
@@ -39,14 +39,14 @@ func TestSecondProcessRefusedAWS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer first.Process.Kill()
-	time.Sleep(3 * time.Second) // restored, flushed, reading, renewing
+	time.Sleep(3 * time.Second) // restored, flushed, reading, renewing (every 2 s)
 
 	start := time.Now()
 	out := runStderr(t, 1, args(filepath.Join(dir, "b"))...)
 	if !strings.Contains(out, "job lease") || !strings.Contains(out, "held") {
 		t.Fatalf("second process: stderr %q, want a refusal by the job lease", out)
 	}
-	if d := time.Since(start); d < 3*time.Second {
+	if d := time.Since(start); d < 6*time.Second {
 		t.Fatalf("refused after %s, before watching the lease for its duration", d)
 	}
 	if first.ProcessState != nil {

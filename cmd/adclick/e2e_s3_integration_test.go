@@ -29,11 +29,11 @@ func TestRestoreFromS3AfterLosingData(t *testing.T) {
 	table, url := "s3t"+suffix, "s3://b"+suffix+"/job1"
 	run(t, 0, "setup", "--sink", "dynamodb:"+table, "--checkpoints", url)
 	data := filepath.Join(dir, "data")
-	// A 3 s lease: a crashed run's lease lapses soon enough for the next
-	// start, and renewals (every second, each allowed 2 s) survive a slow,
-	// loaded stand-in (500 ms leases were lost under load).
+	// A 6 s lease: a crashed run's lease lapses soon enough for the next
+	// start, and renewals (every 2 s, each allowed 4 s) survive a slow,
+	// loaded stand-in (500 ms and 3 s leases were lost under load).
 	args := append([]string{"run", "--source", "file:" + trace, "--data", data, "--sink", "dynamodb:" + table,
-		"--checkpoints", url, "--lease-ms", "3000"}, runFlags...)
+		"--checkpoints", url, "--lease-ms", "6000"}, runFlags...)
 	for _, n := range []int{2500, 1200} {
 		code := runCode(t, append(args, "--fail-after-records", strconv.Itoa(n))...)
 		if code != 137 {
@@ -74,7 +74,7 @@ func TestBlueGreenFromS3Savepoint(t *testing.T) {
 	table, bucket := "bgs3"+suffix, "s3://b"+suffix
 	run(t, 0, "setup", "--sink", "dynamodb:"+table, "--checkpoints", bucket+"/job1")
 	common := []string{"--source", "gen", "--gen-rate", "200", "--gen-ads", "20", "--sink", "dynamodb:" + table,
-		"--parallelism", "2", "--checkpoint-interval-ms", "1000", "--flush-writes-per-sec", "1000000", "--lease-ms", "3000"}
+		"--parallelism", "2", "--checkpoint-interval-ms", "1000", "--flush-writes-per-sec", "1000000", "--lease-ms", "6000"}
 	const token = "bg-s3-token"
 	v1 := startJob(t, "v1", token, append(common, "--data", filepath.Join(dir, "v1"), "--checkpoints", bucket+"/job1")...)
 	v1.waitRecords(200, time.Minute)
