@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/ingest"
@@ -182,6 +184,16 @@ func held(ws ...*worker) map[string]string {
 	return out
 }
 
+// counter returns a counter's value.
+func counter(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
 // waitFor polls cond until it holds.
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
@@ -316,13 +328,24 @@ func testWorkersShareTheStream(t *testing.T, read string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	before := held(a, b, c)
+	moves := func(wk *worker) float64 { return counter(t, wk.f.m.handoffs) + counter(t, wk.f.m.lost) }
+	movesBefore := map[string]float64{"b": moves(b), "c": moves(c)}
 	a.stop(t)
 	waitFor(t, "b and c to take a's ranges", 30*time.Second, func() bool { return len(held(b, c)) == ranges })
-	// Only a's ranges moved: b and c kept what they held.
+	// Only a's ranges moved: b and c kept what they held, unless one
+	// handed a range over (a range free for the handoff timeout is taken
+	// whatever the taker's share, so a slow round can leave one worker
+	// too many, which the balancer then evens out) or lost one.
 	for r, id := range before {
-		if id != "a" {
-			if now := held(b, c)[r]; now != id {
-				t.Errorf("range %s moved from %s to %s, though %s kept running", r, id, now, id)
+		if id == "a" {
+			continue
+		}
+		wk := map[string]*worker{"b": b, "c": c}[id]
+		if now := held(b, c)[r]; now != id {
+			if moves(wk) > movesBefore[id] {
+				t.Logf("range %s moved from %s to %s, which handed a range over or lost one", r, id, now)
+			} else {
+				t.Errorf("range %s moved from %s to %s, though %s kept running and neither handed a range over nor lost one", r, id, now, id)
 			}
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/ingest/source"
@@ -51,19 +50,10 @@ func TestRangeLostWhileStoppingIsCounted(t *testing.T) {
 	// committed, the renewals time out, the range is lost.
 	time.Sleep(1500 * time.Millisecond)
 	stall.stalled.Store(false)
-	select {
-	case err := <-a.done:
-		if !errors.Is(err, lease.ErrLost) {
-			t.Errorf("worker a's Run returned %v; want an error for the range that did not stop cleanly", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("worker a did not stop")
+	if err := stopped(t, a); !errors.Is(err, lease.ErrLost) {
+		t.Errorf("worker a's Run returned %v; want an error for the range that did not stop cleanly", err)
 	}
-	var m dto.Metric
-	if err := a.f.m.lost.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	if got := m.GetCounter().GetValue(); got != 1 {
+	if got := counter(t, a.f.m.lost); got != 1 {
 		t.Errorf("adclick_fleet_ranges_lost_total = %v after the range's lease lapsed during the stop, want 1", got)
 	}
 }
@@ -87,19 +77,22 @@ func TestRangeStoppedWhileItsSourceOpensStopsCleanly(t *testing.T) {
 		t.Fatal("the range's source was never opened")
 	}
 	a.cancel()
-	select {
-	case err := <-a.done:
-		if err != nil {
-			t.Errorf("worker a's Run = %v after a stop while its source opened; want nil", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("worker a did not stop")
+	if err := stopped(t, a); err != nil {
+		t.Errorf("worker a's Run = %v after a stop while its source opened; want nil", err)
 	}
-	var m dto.Metric
-	if err := a.f.m.failures.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	if got := m.GetCounter().GetValue(); got != 0 {
+	if got := counter(t, a.f.m.failures); got != 0 {
 		t.Errorf("adclick_fleet_range_failures_total = %v, want 0", got)
+	}
+}
+
+// stopped waits for the worker's Run to return, and returns its error.
+func stopped(t *testing.T, wk *worker) error {
+	t.Helper()
+	select {
+	case err := <-wk.done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("worker %s did not stop", wk.id)
+		return nil
 	}
 }
