@@ -169,9 +169,9 @@ func New(o Options) (*Fleet, error) {
 // checkpoint (drained if Config.Drain says so: with it, every range this
 // worker holds drains, though the other workers go on with them, so it is
 // for stopping a whole fleet), its claim and the slot are released, and Run
-// returns nil, or an error if a running range could not stop cleanly. A failing range pipeline is logged, its range released and
-// left to the others for a while, and the worker goes on; a lost slot is
-// taken again.
+// returns nil, or an error if a running range could not stop cleanly. A
+// failing range pipeline is logged, its range released and left to the
+// others for a while, and the worker goes on; a lost slot is taken again.
 func (f *Fleet) Run(ctx context.Context) (err error) {
 	watcher := lease.NewWatcher()
 	bo := f.w.BalanceOptions()

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/fleet"
 	"github.com/adclick/adclick/ingest/source"
 	"github.com/adclick/adclick/lease"
@@ -89,11 +88,10 @@ func checkFleet(a fleetArgs, sf *sinkFlags, cfg *runtime.Config, exitAfterRestor
 // starts from.
 func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlags, reg *prometheus.Registry, log *slog.Logger) error {
 	if a.job == "" {
-		bucket, prefix, err := ckptstore.ParseURL(a.checkpoints)
-		if err != nil {
-			return usageError{err}
+		var err error
+		if a.job, err = defaultJobName(a.checkpoints); err != nil {
+			return err
 		}
-		a.job = bucket + "/" + strings.Trim(prefix, "/")
 	}
 	if a.leaseTable == "" {
 		t, _, _ := sf.table()

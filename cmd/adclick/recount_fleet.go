@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/adclick/adclick/ckptstore"
 	"github.com/adclick/adclick/ckptstore/ckpt"
 	"github.com/adclick/adclick/lease"
 	"github.com/adclick/adclick/runtime"
@@ -103,11 +102,9 @@ func (f *recountFlags) fleetCheckpoint(ctx context.Context, log *slog.Logger) (c
 	}
 	base := strings.TrimSuffix(f.checkpoints, "/")
 	if job == "" {
-		bucket, prefix, err := ckptstore.ParseURL(base)
-		if err != nil {
-			return nil, "", usageError{err}
+		if job, err = defaultJobName(base); err != nil {
+			return nil, "", err
 		}
-		job = bucket + "/" + strings.Trim(prefix, "/")
 	}
 	cfg, err := loadAWS(ctx)
 	if err != nil {

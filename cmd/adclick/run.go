@@ -355,13 +355,22 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // lease table (--lease-table, or the --sink dynamodb table's). A job with
 // local checkpoints needs none (the data dir's lock covers one machine);
 // S3 checkpoints without a lease table run without one, with a warning.
+// defaultJobName is a job's name in the lease table when --job-name is not
+// given: its --checkpoints s3:// location, BUCKET/PREFIX.
+func defaultJobName(checkpoints string) (string, error) {
+	bucket, prefix, err := ckptstore.ParseURL(checkpoints)
+	if err != nil {
+		return "", usageError{err}
+	}
+	return bucket + "/" + strings.Trim(prefix, "/"), nil
+}
+
 func leaseConfig(ctx context.Context, table, job, ckpts string, ms int64, sf *sinkFlags, log *slog.Logger) (*runtime.LeaseConfig, error) {
 	if job == "" && strings.HasPrefix(ckpts, "s3://") {
-		bucket, prefix, err := ckptstore.ParseURL(ckpts)
-		if err != nil {
-			return nil, usageError{err}
+		var err error
+		if job, err = defaultJobName(ckpts); err != nil {
+			return nil, err
 		}
-		job = bucket + "/" + strings.Trim(prefix, "/")
 	}
 	if table == "" {
 		if t, ok, err := sf.table(); err != nil {
