@@ -21,8 +21,12 @@ import (
 // renewal was sent, Guard's contexts ending with the lease. Its writes to
 // its own item that do not move the counter (open epoch, commit, sweep due)
 // are conditional on owner and fence instead, so they never disturb a
-// renewal and are refused once another take has happened. *Claim
-// implements fence.Fence. Safe for concurrent use; Run may run once at a time.
+// renewal and are refused once another take has happened. No write holds
+// a lock while it waits for the table: a renewal never waits for a slow
+// commit (nor a commit for a renewal), and the answers of writes that ran
+// at the same time are folded (the counter and validity only rise, the
+// checkpoint and epoch high only rise). *Claim implements fence.Fence.
+// Safe for concurrent use; Run may run once at a time.
 type Claim struct {
 	w     *Worker
 	owner string // this tenure's owner string, "<worker id>~<nonce>"
@@ -31,9 +35,6 @@ type Claim struct {
 	rng   Range
 	fence int64
 
-	// op serialises this holder's writes, so that two of them never race
-	// each other for the same counter.
-	op      sync.Mutex
 	running atomic.Bool
 
 	mu        sync.Mutex
@@ -173,15 +174,45 @@ func (c *Claim) noteItem(av map[string]types.AttributeValue) {
 	if err != nil {
 		return
 	}
-	c.mu.Lock()
-	c.item = it
-	c.mu.Unlock()
+	c.setItem(it)
 }
 
+// setItem folds the item a write returned or a read found into the one
+// held. Writes run concurrently (a renewal beside a commit), so their
+// answers may arrive in any order: the item of the higher counter wins,
+// but the checkpoint and the epoch high, which only this holder raises and
+// only upwards, are the highest either shows.
 func (c *Claim) setItem(it Item) {
 	c.mu.Lock()
-	c.item = it
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	c.item = foldItem(c.item, it)
+	c.counter = max(c.counter, it.Counter)
+}
+
+// foldItem returns the newer of two reads of one item (the higher
+// counter; b on a tie), with the higher checkpoint and epoch high of both.
+func foldItem(a, b Item) Item {
+	out, old := b, a
+	if a.Counter > b.Counter {
+		out, old = a, b
+	}
+	if old.Checkpoint.ID > out.Checkpoint.ID {
+		out.Checkpoint = old.Checkpoint
+	}
+	out.EpochHigh = max(out.EpochHigh, old.EpochHigh)
+	return out
+}
+
+// confirm records a counter-moving write of this holder (a renewal, a
+// confirmed take) that succeeded: sent at sent, it wrote counter n.
+func (c *Claim) confirm(n int64, sent time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counter = max(c.counter, n)
+	if !c.confirmed || sent > c.validFrom {
+		c.validFrom = sent
+	}
+	c.confirmed = true
 }
 
 // takenOver ends the lease, found held by cur.Owner under another fence.
@@ -219,10 +250,10 @@ const (
 // lease has ended (taken over, released, or not renewed within its
 // validity: the holder must stop writing), and any other error for a
 // failed attempt, to be retried while Check passes. The renewal returns
-// the item, so the holder sees a handoff request (HandoffTo) at once.
+// the item, so the holder sees a handoff request (HandoffTo) at once. It
+// never waits for the holder's other writes (a commit, an open epoch):
+// those do not move the counter, so they cannot refuse it.
 func (c *Claim) Renew(ctx context.Context) error {
-	c.op.Lock()
-	defer c.op.Unlock()
 	for adopted := 0; ; adopted++ {
 		c.mu.Lock()
 		cnt, from, confirmed, ended := c.counter, c.validFrom, c.confirmed, c.err
@@ -247,15 +278,16 @@ func (c *Claim) Renew(ctx context.Context) error {
 		cancel()
 		if err == nil {
 			c.noteItem(out.Attributes)
-			c.mu.Lock()
-			c.counter, c.validFrom, c.confirmed = cnt+1, sent, true
-			c.mu.Unlock()
+			c.confirm(cnt+1, sent)
 			c.w.m.renewals.WithLabelValues(c.kind.String()).Inc()
 			return nil
 		}
 		if !isRefused(err) {
 			c.w.m.failures.WithLabelValues(c.kind.String()).Inc()
 			return fmt.Errorf("lease: renew %s: %w", c.key, err)
+		}
+		if ended := c.errOrNil(); ended != nil {
+			return ended // released or retired meanwhile: the refusal is this holder's own
 		}
 		cur, rerr := c.w.read(ctx, c.key)
 		if rerr != nil {
@@ -269,9 +301,7 @@ func (c *Claim) Renew(ctx context.Context) error {
 			// This holder's own earlier write, applied although its answer
 			// was lost: adopt its counter and renew again. Validity is
 			// only ever counted from a write seen to succeed.
-			c.mu.Lock()
-			c.counter, c.item = cur.Counter, cur
-			c.mu.Unlock()
+			c.setItem(cur)
 			continue
 		}
 		return c.takenOver(cur)
@@ -336,8 +366,6 @@ func (c *Claim) Run(ctx context.Context) error {
 // expire.
 func (c *Claim) Release(ctx context.Context) error {
 	c.end(fmt.Errorf("lease: %s %w by this worker: %w", c.key, errReleased, ErrLost), false)
-	c.op.Lock()
-	defer c.op.Unlock()
 	c.mu.Lock()
 	done := c.taken || c.released
 	c.mu.Unlock()
@@ -352,7 +380,7 @@ func (c *Claim) Release(ctx context.Context) error {
 		if err == nil {
 			c.noteItem(out.Attributes)
 			c.mu.Lock()
-			c.counter, c.released = cnt+1, true
+			c.counter, c.released = max(c.counter, cnt+1), true
 			c.mu.Unlock()
 			c.w.m.releases.WithLabelValues(c.kind.String()).Inc()
 			c.w.log.Info("lease released", "lease", c.key, "counter", cnt+1)
@@ -367,9 +395,7 @@ func (c *Claim) Release(ctx context.Context) error {
 		}
 		switch {
 		case cur.Owner == c.owner && cur.Fence == c.fence && adopted < maxAdopt:
-			c.mu.Lock()
-			c.counter = cur.Counter
-			c.mu.Unlock()
+			c.setItem(cur) // a renewal in flight moved the counter, or an earlier attempt's answer was lost
 		case cur.Owner == "":
 			c.mu.Lock()
 			c.released = true // by an earlier attempt whose answer was lost, or nothing left to release
@@ -386,14 +412,13 @@ func (c *Claim) Release(ctx context.Context) error {
 
 // fenced sends one write of the holder that does not move the counter:
 // conditional on this owner and fence (and cond's own terms), after
-// Check (taken once this holder's earlier writes are done, so that a slow
-// renewal ahead of it cannot make the answer stale). A refused write is either this holder's own earlier attempt,
+// Check. It neither waits for a renewal nor holds one up: Check counts
+// validity only from renewals seen to succeed, and the condition does not
+// name the counter. A refused write is either this holder's own earlier attempt,
 // applied although its answer was lost (applied tells, from the item as
 // read), a write its condition forbids (applied's error), or a takeover
 // (the lease is lost: an error wrapping ErrLost).
 func (c *Claim) fenced(ctx context.Context, op, cond, upd string, vals map[string]types.AttributeValue, applied func(Item) error) error {
-	c.op.Lock()
-	defer c.op.Unlock()
 	if err := c.Check(); err != nil {
 		return err
 	}
@@ -502,8 +527,6 @@ func (c *Claim) Retire(ctx context.Context, savepoint, next int64) error {
 		return fmt.Errorf("lease: retire %s: not a range", c.key)
 	}
 	c.end(fmt.Errorf("lease: %s retired by this worker (%w): %w", c.key, errReleased, ErrLost), false)
-	c.op.Lock()
-	defer c.op.Unlock()
 	c.mu.Lock()
 	taken, released := c.taken, c.released
 	c.mu.Unlock()

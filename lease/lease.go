@@ -122,7 +122,8 @@ func Acquire(ctx context.Context, api API, o Options) (*Lease, error) {
 		return nil, err
 	}
 	ended, endCause := context.WithCancelCause(context.Background())
-	l := &Lease{api: api, o: o, key: key, m: m, log: o.Logger.With("lease", key, "owner", o.Owner),
+	// Every call is bounded below the renewal period (callTimeout).
+	l := &Lease{api: timed{api: api, d: callTimeout(o.Duration)}, o: o, key: key, m: m, log: o.Logger.With("lease", key, "owner", o.Owner),
 		ended: ended, endCause: endCause}
 	ok := false
 	defer func() {

@@ -129,7 +129,8 @@ func NewWorker(api RangeAPI, o WorkerOptions) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{api: api, o: o, m: m, log: o.Logger.With("job", o.Job, "worker", o.ID), nonce: randomNonce}, nil
+	// Every call is bounded below the renewal period (callTimeout).
+	return &Worker{api: newTimedRange(api, callTimeout(o.Duration)), o: o, m: m, log: o.Logger.With("job", o.Job, "worker", o.ID), nonce: randomNonce}, nil
 }
 
 // randomNonce returns 16 random hex digits.

@@ -105,8 +105,9 @@ func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlag
 	if err != nil {
 		return err
 	}
-	w, err := lease.NewWorker(dynamodb.NewFromConfig(awsCfg), lease.WorkerOptions{Table: a.leaseTable, Job: a.job, ID: a.workerID,
-		Duration: time.Duration(a.leaseMs) * time.Millisecond, Address: a.listen, Logger: log, Registerer: reg})
+	leaseD := time.Duration(a.leaseMs) * time.Millisecond
+	w, err := lease.NewWorker(dynamodb.NewFromConfig(awsCfg, lease.ClientOptions(leaseD)), lease.WorkerOptions{Table: a.leaseTable, Job: a.job, ID: a.workerID,
+		Duration: leaseD, Address: a.listen, Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}

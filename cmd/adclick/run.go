@@ -392,8 +392,8 @@ func leaseConfig(ctx context.Context, table, job, ckpts string, ms int64, sf *si
 	if err != nil {
 		return nil, err
 	}
-	api := dynamodb.NewFromConfig(cfg)
 	o := lease.Options{Table: table, Job: job, Duration: time.Duration(ms) * time.Millisecond}
+	api := dynamodb.NewFromConfig(cfg, lease.ClientOptions(o.Duration))
 	return &runtime.LeaseConfig{Acquire: func(ctx context.Context, log *slog.Logger, reg prometheus.Registerer) (runtime.Lease, error) {
 		o := o
 		o.Logger, o.Registerer = log, reg
