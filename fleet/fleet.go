@@ -105,6 +105,11 @@ type pipeline struct {
 	// runPipeline reads it); stopped when this worker stopped it (a handoff
 	// or the worker's own stop). Both only on Run's goroutine otherwise.
 	handoff, stopped bool
+	// atStop is set when the pipeline ended with the worker's own stop
+	// (on Run's goroutine): it was running when the stop came. Only such
+	// a range can make the stop unclean; one that failed during an
+	// earlier handoff is booked then, not again at the stop.
+	atStop bool
 
 	jobMu sync.Mutex
 	job   *runtime.Job
@@ -129,7 +134,7 @@ func (p *pipeline) cleanStopFailed() bool {
 // the worker's stop without stopping cleanly.
 func (f *Fleet) finish(p *pipeline) {
 	f.ended(p)
-	if p.stopped && p.cleanStopFailed() {
+	if p.atStop && p.cleanStopFailed() {
 		f.unclean = append(f.unclean, p.err)
 	}
 }
@@ -197,7 +202,9 @@ func (f *Fleet) Run(ctx context.Context) (err error) {
 			return nil
 		case p := <-f.done:
 			if ctx.Err() != nil {
-				p.stopped = true // it ended with the worker's stop
+				// It ended with the worker's stop (a range being handed
+				// over was not running: its end is the handoff's).
+				p.stopped, p.atStop = true, !p.handoff
 			}
 			f.finish(p)
 			continue
@@ -468,7 +475,7 @@ func (f *Fleet) stopAll() error {
 	ps := slices.Collect(maps.Values(f.ranges))
 	f.mu.Unlock()
 	for _, p := range ps {
-		p.stopped = true
+		p.stopped, p.atStop = true, !p.handoff
 		p.stop()
 	}
 	for range ps {

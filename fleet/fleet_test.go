@@ -108,6 +108,16 @@ type worker struct {
 
 func (w *world) start(id string) *worker {
 	w.t.Helper()
+	f := w.fleet(id)
+	ctx, cancel := context.WithCancel(context.Background())
+	wk := &worker{id: id, f: f, cancel: cancel, done: make(chan error, 1)}
+	go func() { wk.done <- f.Run(ctx) }()
+	return wk
+}
+
+// fleet returns worker id's Fleet, not running.
+func (w *world) fleet(id string) *Fleet {
+	w.t.Helper()
 	var api lease.RangeAPI = w.leases
 	if w.leaseAPI != nil {
 		api = w.leaseAPI
@@ -154,10 +164,7 @@ func (w *world) start(id string) *worker {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	wk := &worker{id: id, f: f, cancel: cancel, done: make(chan error, 1)}
-	go func() { wk.done <- f.Run(ctx) }()
-	return wk
+	return f
 }
 
 func (wk *worker) stop(t *testing.T) {
