@@ -67,6 +67,7 @@ type workerMetrics struct {
 	refused   *prometheus.CounterVec // writes refused because the item changed since it was read, by operation
 	asks      prometheus.Counter     // handoffs this worker asked for
 	cancelled prometheus.Counter     // handoff requests this worker removed (lapsed, or from a worker no longer live)
+	malformed prometheus.Gauge       // items of the job the last scan left out because they cannot be decoded
 }
 
 func newWorkerMetrics(r prometheus.Registerer, job string) (*workerMetrics, error) {
@@ -90,6 +91,10 @@ func newWorkerMetrics(r prometheus.Registerer, job string) (*workerMetrics, erro
 		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "adclick", Subsystem: "lease", Name: "handoff_cancels_total", ConstLabels: cl,
 			Help: "Handoff requests this worker removed: its own that lapsed, or asked of it by a worker no longer live.",
+		}),
+		malformed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "adclick", Subsystem: "lease", Name: "malformed_items", ConstLabels: cl,
+			Help: "Lease items of the job that the last scan left out because they cannot be decoded: nobody takes them until an operator repairs them (each is logged once).",
 		}),
 	}
 	if r == nil {
@@ -128,5 +133,14 @@ func newWorkerMetrics(r prometheus.Registerer, job string) (*workerMetrics, erro
 		}
 		*p = v
 	}
+	c, err := reg(m.malformed)
+	if err != nil {
+		return nil, err
+	}
+	g, ok := c.(prometheus.Gauge)
+	if !ok {
+		return nil, fmt.Errorf("lease: register metrics: %T is registered under the name of a gauge", c)
+	}
+	m.malformed = g
 	return m, nil
 }

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -117,6 +119,9 @@ type Worker struct {
 	m     *workerMetrics
 	log   *slog.Logger
 	nonce func() string // a take's nonce
+
+	mu        sync.Mutex
+	malformed map[string]bool // keys of items a scan skipped as malformed, logged once each
 }
 
 // NewWorker returns the worker o describes, talking to api.
@@ -130,7 +135,7 @@ func NewWorker(api RangeAPI, o WorkerOptions) (*Worker, error) {
 		return nil, err
 	}
 	// Every call is bounded below the renewal period (callTimeout).
-	return &Worker{api: newTimedRange(api, callTimeout(o.Duration)), o: o, m: m, log: o.Logger.With("job", o.Job, "worker", o.ID), nonce: randomNonce}, nil
+	return &Worker{api: newTimedRange(api, callTimeout(o.Duration)), o: o, m: m, log: o.Logger.With("job", o.Job, "worker", o.ID), nonce: randomNonce, malformed: map[string]bool{}}, nil
 }
 
 // randomNonce returns 16 random hex digits.
@@ -246,7 +251,12 @@ type TableScan struct {
 
 // Scan reads every item of the job (consistent reads, all pages). At is
 // taken after the answer arrived, as a watch must start after the read it
-// is based on (see Watcher).
+// is based on (see Watcher). A range, slot or recount item that cannot be
+// decoded (an operator's edit, a bug) is left out, so that it does not
+// keep every worker from balancing the others: the gauge
+// adclick_lease_malformed_items counts those of the last scan, and each is
+// logged once (again if it is repaired and breaks anew). Nobody takes or
+// renews it until it is repaired. A malformed ranges map fails the scan.
 func (w *Worker) Scan(ctx context.Context) (TableScan, error) {
 	in := &dynamodb.ScanInput{
 		TableName:                 aws.String(w.o.Table),
@@ -256,6 +266,7 @@ func (w *Worker) Scan(ctx context.Context) (TableScan, error) {
 		ExpressionAttributeValues: map[string]types.AttributeValue{":p": avS(w.o.Job + "#")},
 	}
 	var s TableScan
+	bad := map[string]error{}
 	for {
 		out, err := w.api.Scan(ctx, in)
 		if err != nil {
@@ -279,7 +290,8 @@ func (w *Worker) Scan(ctx context.Context) (TableScan, error) {
 			}
 			it, err := decodeLease(w.o.Job, k.Value, av)
 			if err != nil {
-				return TableScan{}, fmt.Errorf("lease: scan %s: malformed item %s: %w", w.o.Table, k.Value, err)
+				bad[k.Value] = err
+				continue
 			}
 			s.Items = append(s.Items, it)
 		}
@@ -290,7 +302,28 @@ func (w *Worker) Scan(ctx context.Context) (TableScan, error) {
 	}
 	s.At = w.o.Clock.Now()
 	sortItems(s.Items)
+	w.noteMalformed(bad)
 	return s, nil
+}
+
+// noteMalformed records the malformed items of a scan: the gauge, and a
+// log line for each not logged before.
+func (w *Worker) noteMalformed(bad map[string]error) {
+	w.m.malformed.Set(float64(len(bad)))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for key := range w.malformed {
+		if _, ok := bad[key]; !ok {
+			delete(w.malformed, key) // repaired (or gone)
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(bad)) {
+		if w.malformed[key] {
+			continue
+		}
+		w.malformed[key] = true
+		w.log.Error("lease item is malformed: left out of every scan until it is repaired; nobody takes it", "lease", key, "table", w.o.Table, "err", bad[key])
+	}
 }
 
 // Read reads one lease item of the job (a consistent read), and the
