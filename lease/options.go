@@ -139,7 +139,8 @@ func NewOwner() string {
 }
 
 // Clock is the lease's time. Every decision (when to renew, whether Check
-// passes, how long a taker watches) uses Now, a monotonic clock, so that a
+// passes, how long a taker watches) uses Now, a monotonic clock that also
+// counts the time the machine is suspended (see SystemClock), so that a
 // wall clock set forwards or back cannot shorten or stretch a lease; Wall is
 // only written to the item's renewed_at for operators. Implementations must
 // be safe for concurrent use.
@@ -153,16 +154,48 @@ type Clock interface {
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
-// SystemClock returns the process's clocks: Now is the monotonic reading
-// of time.Since, Wall is time.Now.
-func SystemClock() Clock { return systemClock{origin: time.Now()} }
+// SystemClock returns the process's clocks: Now is the time elapsed since
+// the call, on Go's monotonic clock or on the boot-time clock
+// (clock.Boot), whichever has advanced more; Wall is time.Now. Go's
+// monotonic clock stops while a Linux machine is suspended (a paused VM,
+// a laptop's lid): timed by it alone, a holder resumed after a suspend
+// longer than the lease would find its lease still valid and write,
+// although another worker may have taken it meanwhile. The boot-time clock
+// counts the suspend, so the holder's Check fails at once.
+func SystemClock() Clock {
+	origin := time.Now()
+	return newSystemClock(func() time.Duration { return time.Since(origin) }, clock.Boot)
+}
 
-type systemClock struct{ origin time.Time }
+// newSystemClock returns the clock whose Now is the larger advance of
+// mono (time elapsed since an origin) and boot (a reading of a clock
+// that counts suspends, if ok) since this call.
+func newSystemClock(mono func() time.Duration, boot func() (time.Duration, bool)) Clock {
+	c := &systemClock{mono: mono, boot: boot, mono0: mono()}
+	c.boot0, c.hasBoot = boot()
+	return c
+}
 
-func (c systemClock) Now() time.Duration { return time.Since(c.origin) }
-func (systemClock) Wall() time.Time      { return time.Now() }
+type systemClock struct {
+	mono    func() time.Duration
+	boot    func() (time.Duration, bool)
+	mono0   time.Duration
+	boot0   time.Duration
+	hasBoot bool
+}
 
-func (systemClock) Sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, d) }
+// Now never goes back: both readings only rise, and so does their max.
+func (c *systemClock) Now() time.Duration {
+	d := c.mono() - c.mono0
+	if b, ok := c.boot(); ok && c.hasBoot {
+		d = max(d, b-c.boot0)
+	}
+	return d
+}
+
+func (*systemClock) Wall() time.Time { return time.Now() }
+
+func (*systemClock) Sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, d) }
 
 // checkTableAndJob reports the problems with a lease table's name and a
 // job's name, which every lease item's key starts with.
