@@ -86,20 +86,7 @@ func TestHandedOverRangeDoesNotDrain(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			scan, err := lw.Scan(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var it lease.Item
-			for _, x := range scan.Items {
-				if x.Kind == lease.KindRange {
-					it = x
-				}
-			}
-			c, err := lw.Take(ctx, it)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := takeTheRange(t, lw)
 			f.start(ctx, c)
 			var j *runtime.Job
 			if duringOpen {

@@ -49,20 +49,7 @@ func TestHandoffFailureDoesNotMakeALaterStopUnclean(t *testing.T) {
 	w.leaseAPI = leases
 	f := w.fleet("a")
 	ctx := context.Background()
-	scan, err := f.w.Scan(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var it lease.Item
-	for _, x := range scan.Items {
-		if x.Kind == lease.KindRange {
-			it = x
-		}
-	}
-	c, err := f.w.Take(ctx, it)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := takeTheRange(t, f.w)
 	f.start(ctx, c)
 	waitFor(t, "the range to run", 20*time.Second, func() bool { return len(f.Status()) == 1 })
 	leases.takeOver.Store(true)
@@ -81,4 +68,25 @@ func TestHandoffFailureDoesNotMakeALaterStopUnclean(t *testing.T) {
 	if err := f.stopAll(); err != nil {
 		t.Errorf("the worker's stop, with no range running: %v, want nil", err)
 	}
+}
+
+// takeTheRange takes the one range of a job set up with one, as lw.
+func takeTheRange(t *testing.T, lw *lease.Worker) *lease.Claim {
+	t.Helper()
+	ctx := context.Background()
+	scan, err := lw.Scan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var it lease.Item
+	for _, x := range scan.Items {
+		if x.Kind == lease.KindRange {
+			it = x
+		}
+	}
+	c, err := lw.Take(ctx, it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
