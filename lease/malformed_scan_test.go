@@ -38,10 +38,15 @@ func (s *syncBuffer) String() string {
 // once, not at every scan (before, every scan failed, and nobody took
 // over anything).
 func TestScanSkipsAMalformedItem(t *testing.T) {
-	api := newTable(t)
+	runMalformedScan(t, newTable(t), testTable)
+}
+
+// runMalformedScan is TestScanSkipsAMalformedItem's scenario on api's
+// table.
+func runMalformedScan(t *testing.T, api RangeAPI, table string) {
 	logs := &syncBuffer{}
 	reg := prometheus.NewRegistry()
-	w, err := NewWorker(api, WorkerOptions{Table: testTable, Job: testJob, ID: "a", Duration: D, Clock: newFakeClock(),
+	w, err := NewWorker(api, WorkerOptions{Table: table, Job: testJob, ID: "a", Duration: D, Clock: newFakeClock(),
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +58,7 @@ func TestScanSkipsAMalformedItem(t *testing.T) {
 	}
 	bad := RangeKey(testJob, rs[0])
 	if _, err := api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: aws.String(testTable), Key: map[string]types.AttributeValue{attrKey: avS(bad)},
+		TableName: aws.String(table), Key: map[string]types.AttributeValue{attrKey: avS(bad)},
 		UpdateExpression:          aws.String("SET #c = :bad"),
 		ExpressionAttributeNames:  map[string]string{"#c": attrCounter},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":bad": avS("seven")},

@@ -17,6 +17,12 @@ func TestDynaliteRangeWrites(t *testing.T) {
 	runWritesScenario(t, c, freshTable(t, c))
 }
 
+// A malformed item is left out of a scan of dynalite as of Mem.
+func TestDynaliteScanSkipsAMalformedItem(t *testing.T) {
+	c := localClient(t)
+	runMalformedScan(t, c, freshTable(t, c))
+}
+
 // A scan of several pages, with the job's filter, and other jobs' items
 // beside.
 func TestDynaliteRangeScan(t *testing.T) {
