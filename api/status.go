@@ -67,6 +67,11 @@ type ShardStatus struct {
 	// Idle shards are left out of the job watermark.
 	Idle   bool `json:"idle"`
 	Closed bool `json:"closed"`
+	// Reader is what the shard's reader last reported: caught_up, behind,
+	// throttled or failing (unknown for a source that reports nothing).
+	// Only a caught-up shard may be idle; a throttled one holds the job
+	// watermark.
+	Reader string `json:"reader"`
 	// ConsumerLagMs is how far the reader is behind the stream's tip
 	// (Kinesis MillisBehindLatest); null when the source does not say.
 	ConsumerLagMs *int64 `json:"consumer_lag_ms"`
@@ -198,7 +203,8 @@ func (s *Server) statusOf(st runtime.Status, jm jobMetrics) StatusResponse {
 	idle, open := 0, 0
 	for _, sh := range st.Shards {
 		ss := ShardStatus{ID: sh.ID, Watermark: timeOrNil(sh.Watermark), WatermarkMs: msOrNil(sh.Watermark),
-			MaxEventMs: msOrNil(sh.MaxEventMs), LastRecordMs: msOrNil(sh.LastRecordMs), Idle: sh.Idle, Closed: sh.Closed}
+			MaxEventMs: msOrNil(sh.MaxEventMs), LastRecordMs: msOrNil(sh.LastRecordMs), Idle: sh.Idle, Closed: sh.Closed,
+			Reader: sh.Reader.String()}
 		if l, ok := lags[sh.ID]; ok {
 			ss.ConsumerLagMs = &l
 		}

@@ -79,6 +79,51 @@ func (o *WatermarkOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ReaderState is what a shard's reader last reported about its reads, as
+// data delivered in order with its records (a Kinesis source reports it
+// with each change: MillisBehindLatest of a successful GetRecords call or
+// subscription event, or a refused call). It decides whether a quiet shard
+// may be marked idle: only a reader that is caught up may be, because a
+// reader that is behind, throttled or failing has records still to deliver.
+type ReaderState uint8
+
+// Reader states.
+const (
+	// ReaderUnknown: the source reports nothing about its reader (a file
+	// replay, a generator). Idleness is quiet time alone.
+	ReaderUnknown ReaderState = iota
+	// ReaderCaughtUp: the last successful read found nothing more in the
+	// shard (MillisBehindLatest 0).
+	ReaderCaughtUp
+	// ReaderBehind: the last successful read left records in the shard,
+	// or the reader has not read yet.
+	ReaderBehind
+	// ReaderThrottled: the last read was refused for throughput
+	// (ProvisionedThroughputExceededException).
+	ReaderThrottled
+	// ReaderFailing: the last read failed otherwise.
+	ReaderFailing
+)
+
+// String returns the state's name, as the status page shows it.
+func (r ReaderState) String() string {
+	switch r {
+	case ReaderCaughtUp:
+		return "caught_up"
+	case ReaderBehind:
+		return "behind"
+	case ReaderThrottled:
+		return "throttled"
+	case ReaderFailing:
+		return "failing"
+	}
+	return "unknown"
+}
+
+// mayIdle reports whether a quiet shard whose reader is in state r may be
+// marked idle.
+func (r ReaderState) mayIdle() bool { return r == ReaderUnknown || r == ReaderCaughtUp }
+
 // ShardWatermark is one shard's watermark state, as reported by Shards.
 // Times are Unix milliseconds; math.MinInt64 (NoWatermark) means "none yet".
 type ShardWatermark struct {
@@ -99,6 +144,8 @@ type ShardWatermark struct {
 	// LastRecordMs is the processing time of the shard's last record;
 	// math.MinInt64 if none.
 	LastRecordMs int64
+	// Reader is what the shard's reader last reported (Reader).
+	Reader ReaderState
 }
 
 // wmShard is the mutable state of one shard.
@@ -113,6 +160,7 @@ type wmShard struct {
 	idle       bool
 	closed     bool
 	lastRecord int64
+	reader     ReaderState
 }
 
 // Watermarks generates per-shard watermarks, tracks shard idleness and
@@ -242,6 +290,21 @@ func (w *Watermarks) Observe(id string, eventMs, procMs int64) {
 	s.lastRecord = procMs
 }
 
+// Reader records what shard id's reader reports about its reads (an
+// unknown id is added first, at procMs). It takes effect at the next tick:
+// a shard whose reader is behind, throttled or failing is never marked idle,
+// however long it delivers nothing, and one already idle becomes active
+// again and holds the job watermark (which does not move back). A reader
+// reports a state after the records of the read it describes, so a caught-up
+// report means every record it fetched was observed.
+func (w *Watermarks) Reader(id string, st ReaderState, procMs int64) {
+	s, ok := w.shards[id]
+	if !ok {
+		s = w.addShard(id, procMs)
+	}
+	s.reader = st
+}
+
 // Due reports whether an emission tick is due at processing time procMs: at
 // least IntervalMs have passed since the last Tick (or since the first
 // AddShard, before any tick). It is false before any shard was added and
@@ -269,8 +332,12 @@ func (w *Watermarks) NextTickMs() int64 {
 //   - Otherwise, if its idle timer is not running, it starts now: this is
 //     the first tick that sees no records (also for a shard that has never
 //     read one). If the timer is running and more than IdleMs have passed
-//     since it started, the shard is marked idle. With the defaults a quiet
-//     shard is thus marked idle 30.2 s after the first quiet tick.
+//     since it started, the shard is marked idle, provided its reader is
+//     caught up (or reports nothing, ReaderUnknown). With the defaults a
+//     quiet shard is thus marked idle 30.2 s after the first quiet tick. A
+//     shard whose reader is behind, throttled or failing is not idle, and
+//     one that was idle becomes active again: it holds the job watermark,
+//     because its records are still to come.
 //
 // The job watermark is then the minimum of the watermarks of the active
 // (neither idle nor closed) shards, taken only if every active shard has a
@@ -311,6 +378,8 @@ func (w *Watermarks) Tick(procMs int64) (wm int64, advanced bool) {
 		case !s.timing:
 			s.timing = true
 			s.quietSince = procMs
+		case !s.reader.mayIdle():
+			s.idle = false
 		case !s.idle && satSub(procMs, s.quietSince) > w.opts.IdleMs:
 			s.idle = true
 		}
@@ -356,6 +425,7 @@ func (w *Watermarks) Shards() []ShardWatermark {
 			Idle:         s.idle,
 			Closed:       s.closed,
 			LastRecordMs: s.lastRecord,
+			Reader:       s.reader,
 		}
 	}
 	return out

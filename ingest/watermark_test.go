@@ -534,6 +534,9 @@ func (d *wmDD) shards() string {
 		case s.Idle:
 			state = "idle"
 		}
+		if s.Reader != ReaderUnknown {
+			state += " reader=" + s.Reader.String()
+		}
 		fmt.Fprintf(&b, "%s wm=%s max=%s last=%s %s\n", s.ID, wmClock(s.Watermark),
 			wmClock(s.MaxEventMs), wmClock(s.LastRecordMs), state)
 	}
@@ -613,6 +616,18 @@ func (d *wmDD) cmd(t *testing.T, td *datadriven.TestData) string {
 		var id string
 		td.ScanArgs(t, "id", &id)
 		d.w.CloseShard(id)
+	case "reader":
+		var id, state string
+		td.ScanArgs(t, "id", &id)
+		td.ScanArgs(t, "state", &state)
+		p := d.clockArg(t, td, "proc")
+		lines = d.runUntil(p)
+		st, ok := map[string]ReaderState{"unknown": ReaderUnknown, "caught_up": ReaderCaughtUp, "behind": ReaderBehind,
+			"throttled": ReaderThrottled, "failing": ReaderFailing}[state]
+		if !ok {
+			td.Fatalf(t, "unknown reader state %q", state)
+		}
+		d.w.Reader(id, st, p)
 	case "observe":
 		// One record from the arguments, or one per input line:
 		// "<shard> <event> <proc>".
@@ -679,6 +694,7 @@ func (d *wmDD) cmd(t *testing.T, td *datadriven.TestData) string {
 //	observe shard=S1 event=10:14:05 proc=10:14:05.1   (or input lines "S1 10:14:05 10:14:05.1")
 //	run until=10:14:06           every due tick up to that time
 //	tick proc=10:14:06.05        one tick at an arbitrary time
+//	reader id=S1 state=throttled proc=T   the reader's report (caught_up, behind, throttled, failing)
 //	close-shard id=P  |  due proc=T  |  final  |  shards  |  fires end=T  |  lag proc=T
 //
 // add-shard and observe first run the ticks due by their processing time.

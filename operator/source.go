@@ -115,6 +115,10 @@ func (s *Source) Tick() (t, wm int64, advanced bool) {
 // procMs.
 func (s *Source) AddShard(id string, procMs int64) { s.wms.AddShard(id, procMs) }
 
+// Reader records the state shard id's reader reports, at the current
+// processing time: only a caught-up reader's shard may go idle.
+func (s *Source) Reader(id string, st ingest.ReaderState) { s.wms.Reader(id, st, s.procMs) }
+
 // CloseShard ends shard id: it no longer holds the watermark back.
 func (s *Source) CloseShard(id string) { s.wms.CloseShard(id) }
 

@@ -181,6 +181,8 @@ func (d *driver) shardEvent(r source.Record) {
 		d.sm.AddShard(r.Shard, d.sm.ProcMs())
 	case source.ShardClosed:
 		d.sm.CloseShard(r.Shard)
+	case source.ShardReader:
+		d.sm.Reader(r.Shard, r.Reader)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/adclick/adclick/ingest"
 )
 
 // Enhanced fan-out (Options.Read = ReadEFO).
@@ -133,6 +135,7 @@ func (s *Source) subscribe(sh *shard, sp startSpec) {
 	var cont string    // ContinuationSequenceNumber of the last event queued
 	var next time.Time // earliest time of the next SubscribeToShard
 	subs, retries, fails := 0, 0, 0
+	var tl throttleLog
 	var items []item
 	for {
 		if !sleep(s.ctx, time.Until(next)) {
@@ -152,6 +155,7 @@ func (s *Source) subscribe(sh *shard, sp startSpec) {
 		}
 		started := err == nil // a later error is the event stream's
 		if started {
+			s.unthrottled(sh, &tl)
 			subs++
 			s.m.subs.Inc()
 			if subs > 1 {
@@ -195,8 +199,7 @@ func (s *Source) subscribe(sh *shard, sp startSpec) {
 				s.log.Info("kinesis subscription in use; retrying", "shard", sh.id, "consumer", s.o.Consumer, "err", err, "attempt", retries)
 			}
 		case errThrottle:
-			s.m.throttle.Inc()
-			s.log.Debug("kinesis subscribe throttled", "shard", sh.id, "attempt", retries)
+			s.throttled(sh, &tl, "subscribe", err)
 		case errFatal:
 			s.fail(fmt.Errorf("kinesis: subscribe to %s/%s: %w", s.o.Stream, sh.id, err))
 			return
@@ -208,6 +211,7 @@ func (s *Source) subscribe(sh *shard, sp startSpec) {
 				return
 			}
 			s.log.Warn("kinesis subscription failed", "shard", sh.id, "err", err, "attempt", fails)
+			s.setReader(sh, ingest.ReaderFailing)
 		}
 		next = later(next, time.Now().Add(backoff(s.o.BackoffBase, s.o.BackoffMax, retries)))
 	}

@@ -56,6 +56,9 @@ func (k *jobSource) Next(ctx context.Context, wait time.Duration) (source.Record
 		out.Event = source.ShardAdded
 	case EventShardClosed:
 		out.Event = source.ShardClosed
+	case EventShardReader:
+		out.Event = source.ShardReader
+		out.Reader = r.Reader
 	}
 	return out, true, nil
 }

@@ -15,7 +15,10 @@ type metrics struct {
 	expired  prometheus.Counter
 	errs     prometheus.Counter
 	behind   *prometheus.GaugeVec
-	shards   prometheus.Gauge
+	// Per shard: throttles, and whether the reader is throttled now.
+	shardThrottles *prometheus.CounterVec
+	shardThrottled *prometheus.GaugeVec
+	shards         prometheus.Gauge
 
 	// Enhanced fan-out.
 	subs   prometheus.Counter
@@ -40,6 +43,10 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Help: "Failed Kinesis calls other than throttling and expired iterators."}),
 		behind: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adclick_kinesis_millis_behind_latest",
 			Help: "Consumer lag: MillisBehindLatest of the shard's last GetRecords call or subscription event, ms."}, []string{"shard"}),
+		shardThrottles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_kinesis_shard_throttles_total",
+			Help: "Reads of the shard refused for throughput (GetRecords or SubscribeToShard)."}, []string{"shard"}),
+		shardThrottled: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adclick_kinesis_shard_throttled",
+			Help: "1 while the shard's last read was refused for throughput: the shard holds the watermark (it is not idle) until its reader catches up."}, []string{"shard"}),
 		shards: prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_kinesis_shards_reading",
 			Help: "Shards with a running reader."}),
 		subs: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_kinesis_subscriptions_total",
@@ -61,6 +68,8 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.expired = register(r, m.expired)
 	m.errs = register(r, m.errs)
 	m.behind = register(r, m.behind)
+	m.shardThrottles = register(r, m.shardThrottles)
+	m.shardThrottled = register(r, m.shardThrottled)
 	m.shards = register(r, m.shards)
 	m.subs = register(r, m.subs)
 	m.resubs = register(r, m.resubs)

@@ -10,8 +10,75 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
+	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kpl"
 )
+
+// throttleLogEvery bounds the warnings of a shard that stays throttled: one
+// when it starts, then one per this interval with the count, not one per call.
+const throttleLogEvery = 30 * time.Second
+
+// throttleLog rate-limits the warnings about one reader's throttles.
+type throttleLog struct {
+	since  time.Time // the first throttle of the current run; zero when not throttled
+	logged time.Time
+	n      int // throttles in the current run
+}
+
+// throttled counts one throttle of shard sh's reader by call, warns at the
+// first of a run and then every throttleLogEvery, and marks the shard
+// throttled, which holds the watermark.
+func (s *Source) throttled(sh *shard, tl *throttleLog, call string, err error) {
+	now := time.Now()
+	s.m.throttle.Inc()
+	s.m.shardThrottles.WithLabelValues(sh.id).Inc()
+	s.m.shardThrottled.WithLabelValues(sh.id).Set(1)
+	tl.n++
+	if tl.since.IsZero() {
+		tl.since = now
+	}
+	if tl.logged.IsZero() || now.Sub(tl.logged) >= throttleLogEvery {
+		tl.logged = now
+		s.log.Warn("kinesis "+call+" throttled; the shard holds the watermark until its reader catches up",
+			"shard", sh.id, "throttles", tl.n, "for", now.Sub(tl.since).Round(time.Millisecond), "err", err)
+	}
+	s.setReader(sh, ingest.ReaderThrottled)
+}
+
+// unthrottled ends a run of throttles after a successful call.
+func (s *Source) unthrottled(sh *shard, tl *throttleLog) {
+	if tl.since.IsZero() {
+		return
+	}
+	s.log.Info("kinesis shard no longer throttled", "shard", sh.id, "throttles", tl.n, "for", time.Since(tl.since).Round(time.Millisecond))
+	s.m.shardThrottled.WithLabelValues(sh.id).Set(0)
+	*tl = throttleLog{}
+}
+
+// setReader queues an EventShardReader when shard sh's reader state
+// changes.
+func (s *Source) setReader(sh *shard, st ingest.ReaderState) {
+	s.mu.Lock()
+	changed := s.setReaderLocked(sh, st)
+	s.mu.Unlock()
+	if changed {
+		select {
+		case s.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// setReaderLocked queues an EventShardReader if st is not the state last
+// queued for sh; called with mu held.
+func (s *Source) setReaderLocked(sh *shard, st ingest.ReaderState) bool {
+	if sh.reader == st || sh.ended {
+		return false
+	}
+	sh.reader = st
+	sh.queue = append(sh.queue, item{Event: EventShardReader, Shard: sh.id, Reader: st})
+	return true
+}
 
 // backoff returns a jittered exponential delay for the n-th consecutive
 // failure (n ≥ 1): uniform in [d/2, d) with d = min(max, base·2^(n−1)).
@@ -101,6 +168,7 @@ func (s *Source) read(sh *shard, sp startSpec) {
 	var lastFetched string // sequence number of the last Kinesis record queued
 	var next time.Time     // earliest time of the next call
 	throttles, fails := 0, 0
+	var tl throttleLog
 	var items []item
 	for {
 		if !s.waitSpace(sh) || !sleep(s.ctx, time.Until(next)) {
@@ -117,8 +185,7 @@ func (s *Source) read(sh *shard, sp startSpec) {
 			switch classify(err) {
 			case errThrottle:
 				throttles++
-				s.m.throttle.Inc()
-				s.log.Debug("kinesis get records throttled", "shard", sh.id, "attempt", throttles)
+				s.throttled(sh, &tl, "get records", err)
 				next = time.Now().Add(max(s.o.MinCallInterval, backoff(s.o.BackoffBase, s.o.BackoffMax, throttles)))
 			case errExpired:
 				s.m.expired.Inc()
@@ -141,11 +208,13 @@ func (s *Source) read(sh *shard, sp startSpec) {
 					return
 				}
 				s.log.Warn("kinesis get records failed", "shard", sh.id, "err", err, "attempt", fails)
+				s.setReader(sh, ingest.ReaderFailing)
 				next = time.Now().Add(max(s.o.MinCallInterval, backoff(s.o.BackoffBase, s.o.BackoffMax, fails)))
 			}
 			continue
 		}
 		throttles, fails = 0, 0
+		s.unthrottled(sh, &tl)
 		end := out.NextShardIterator == nil
 		var bytes int
 		items, bytes = s.deliver(sh, out.Records, aws.ToInt64(out.MillisBehindLatest), end, &sp, items)
@@ -187,6 +256,15 @@ func (s *Source) deliver(sh *shard, recs []types.Record, behind int64, end bool,
 	sh.polled = true
 	sh.primed = sh.primed || len(items) > 0 || behind == 0 || end
 	sh.lag = behind
+	if !end {
+		// After the records of this read: caught up only when it left
+		// nothing in the shard.
+		st := ingest.ReaderBehind
+		if behind == 0 {
+			st = ingest.ReaderCaughtUp
+		}
+		s.setReaderLocked(sh, st)
+	}
 	if end {
 		sh.ended = true
 		sh.queue = append(sh.queue, item{Event: EventShardClosed, Shard: sh.id})

@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/adclick/adclick/ingest"
 )
 
 // Shard lifecycle events (Record.Event).
@@ -24,6 +26,11 @@ const (
 	// to its end and every record returned. The watermark tracker should
 	// CloseShard it. Its position is now PositionClosed.
 	EventShardClosed = "shard_closed"
+	// EventShardReader reports a change of the shard reader's state
+	// (Record.Reader), after the records of the read it describes: the
+	// watermark tracker lets a quiet shard go idle only while its reader
+	// is caught up.
+	EventShardReader = "shard_reader"
 )
 
 // Record is one user record (or shard event) returned by Next.
@@ -49,6 +56,8 @@ type Record struct {
 	// aggregated record that could not be split (kpl.ReasonBadChecksum,
 	// kpl.ReasonBadBody).
 	Bad string
+	// Reader is the reader's state of an EventShardReader.
+	Reader ingest.ReaderState
 }
 
 // FormatPosition returns the position string of a user record.
@@ -95,10 +104,22 @@ type shard struct {
 	primed bool // a fetch returned a user record, found the shard caught up, or reached its end
 	ended  bool // the reader reached the end; the closed event is queued
 	lag    int64
+	reader ingest.ReaderState // the state last queued as an EventShardReader
 	space  chan struct{}
 }
 
 func (sh *shard) queued() int { return len(sh.queue) - sh.head }
+
+// pending reports whether the queue holds a record or an event other than
+// a reader report (which changes nothing a caller of CaughtUp waits for).
+func (sh *shard) pending() bool {
+	for _, it := range sh.queue[sh.head:] {
+		if it.Event != EventShardReader {
+			return true
+		}
+	}
+	return false
+}
 
 // startSpec is where a reader's first iterator points.
 type startSpec struct {
@@ -334,6 +355,7 @@ func (s *Source) popLocked(held bool) (Record, bool) {
 			s.order = append(s.order[:i], s.order[i+1:]...)
 			s.rr = i
 			s.m.behind.DeleteLabelValues(sh.id)
+			s.m.shardThrottled.DeleteLabelValues(sh.id)
 			s.log.Info("kinesis shard closed", "shard", sh.id)
 			s.poke()
 		}
@@ -396,7 +418,7 @@ func (s *Source) CaughtUp() bool {
 		case statePending:
 			return false
 		case stateReading:
-			if !sh.polled || sh.lag != 0 || sh.queued() != 0 || sh.ended {
+			if !sh.polled || sh.lag != 0 || sh.pending() || sh.ended {
 				return false
 			}
 		}
@@ -561,7 +583,9 @@ func (s *Source) startReady() {
 			continue
 		}
 		sh.state = stateReading
-		sh.queue = append(sh.queue, item{Event: EventShardAdded, Shard: sh.id})
+		sh.reader = ingest.ReaderBehind // nothing read yet
+		sh.queue = append(sh.queue, item{Event: EventShardAdded, Shard: sh.id},
+			item{Event: EventShardReader, Shard: sh.id, Reader: sh.reader})
 		s.order = append(s.order, sh)
 		s.m.shards.Inc()
 		s.log.Info("kinesis shard reader started", "shard", sh.id, "from", string(sh.start.typ), "position", sh.pos)

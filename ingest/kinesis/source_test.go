@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/ingest/kinesis/kinesistest"
 	"github.com/adclick/adclick/ingest/kpl"
@@ -145,10 +146,13 @@ type reader struct {
 	added   map[string]bool
 	closed  map[string]bool
 	lastPos map[string]kinesis.Record
+	// readers holds each shard's reader states, as reported, in order.
+	readers map[string][]ingest.ReaderState
 }
 
 func newReader(t *testing.T, src *kinesis.Source) *reader {
-	return &reader{t: t, src: src, added: map[string]bool{}, closed: map[string]bool{}, lastPos: map[string]kinesis.Record{}}
+	return &reader{t: t, src: src, added: map[string]bool{}, closed: map[string]bool{}, lastPos: map[string]kinesis.Record{},
+		readers: map[string][]ingest.ReaderState{}}
 }
 
 // cmpPos compares two (seq, sub) positions; sequence numbers of one shard
@@ -225,6 +229,12 @@ func (r *reader) take(rec kinesis.Record) {
 		if got := r.src.Positions()[rec.Shard]; got != kinesis.PositionClosed {
 			t.Fatalf("position of closed shard %s: got %q, want %q", rec.Shard, got, kinesis.PositionClosed)
 		}
+		return
+	case kinesis.EventShardReader:
+		if !r.added[rec.Shard] || r.closed[rec.Shard] {
+			t.Fatalf("reader state of shard %s outside its added/closed events", rec.Shard)
+		}
+		r.readers[rec.Shard] = append(r.readers[rec.Shard], rec.Reader)
 		return
 	case "":
 	default:

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adclick/adclick/clock"
+	"github.com/adclick/adclick/ingest"
 )
 
 // Event is a shard lifecycle event a Record may carry instead of a payload.
@@ -32,6 +33,10 @@ const (
 	// ShardClosed comes after a shard's last record: it no longer holds the
 	// watermark back, and its position is final.
 	ShardClosed
+	// ShardReader reports the state of a shard's reader (Record.Reader),
+	// after the records of the read it describes: a shard may go idle only
+	// while its reader is caught up.
+	ShardReader
 )
 
 // Record is one item a source hands the job: a payload, or a shard event
@@ -46,6 +51,8 @@ type Record struct {
 	// Bad is a reason the payload could not be unpacked (a KPL aggregate
 	// with a bad checksum): the record goes to the exceptions log.
 	Bad string
+	// Reader is the reader's state of a ShardReader event.
+	Reader ingest.ReaderState
 }
 
 // Source is what the job reads. It is used by one goroutine.

@@ -257,6 +257,9 @@ func (f *Fake) newSubscription(in *kinesis.SubscribeToShardInput) (*fsub, error)
 	if err != nil {
 		return nil, err
 	}
+	if err := f.throttledLocked(c.stream.name, sh.id); err != nil {
+		return nil, err
+	}
 	if in.StartingPosition == nil {
 		return nil, invalid("StartingPosition is required")
 	}

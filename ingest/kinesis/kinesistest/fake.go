@@ -78,6 +78,9 @@ type Fake struct {
 	seq     uint64
 	epoch   int // iterators issued before the current epoch are expired
 	calls   map[string]int
+	// throttled: "<stream>|<shard>" → until when (by Now) its reads are
+	// refused (Throttle).
+	throttled map[string]time.Time
 
 	consumers map[string]*fconsumer // by ARN
 	subs      map[subKey]*fsub      // the last subscription per consumer and shard
@@ -336,6 +339,30 @@ func (f *Fake) consumerCount(s *fstream) int32 {
 	return n
 }
 
+// Throttle makes every read of shard of stream (GetRecords and
+// SubscribeToShard) fail with ProvisionedThroughputExceededException until
+// Now reaches until, as the service does when the shard's 5 reads per
+// second are exceeded by all its readers together. The records stay where
+// they are; MillisBehindLatest of the first read after it tells how far
+// behind the reader fell.
+func (f *Fake) Throttle(stream, shard string, until time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.throttled == nil {
+		f.throttled = map[string]time.Time{}
+	}
+	f.throttled[stream+"|"+shard] = until
+}
+
+// throttledLocked returns the throttle error while shard of stream is
+// throttled, or nil; called with mu held.
+func (f *Fake) throttledLocked(stream, shard string) error {
+	if until, ok := f.throttled[stream+"|"+shard]; ok && f.Now().Before(until) {
+		return &types.ProvisionedThroughputExceededException{Message: aws.String("rate exceeded for shard " + shard)}
+	}
+	return nil
+}
+
 // GetRecords returns up to Limit records. At the end of a closed shard,
 // NextShardIterator is nil (possibly together with its last records).
 func (f *Fake) GetRecords(_ context.Context, in *kinesis.GetRecordsInput, _ ...func(*kinesis.Options)) (*kinesis.GetRecordsOutput, error) {
@@ -361,6 +388,9 @@ func (f *Fake) GetRecords(_ context.Context, in *kinesis.GetRecordsInput, _ ...f
 	}
 	sh, err := s.shard(&parts[1])
 	if err != nil {
+		return nil, err
+	}
+	if err := f.throttledLocked(s.name, sh.id); err != nil {
 		return nil, err
 	}
 	limit := 10_000
