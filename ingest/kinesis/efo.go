@@ -81,6 +81,11 @@ func consumerARN(ctx context.Context, api API, o *Options, log *slog.Logger) (st
 				status, attempt = "registered elsewhere", 0
 			case classify(rerr) == errFatal || ctx.Err() != nil:
 				return "", fmt.Errorf("kinesis: register consumer %s of %s: %w", o.Consumer, o.Stream, rerr)
+			case full(ctx, api, streamARN, rerr):
+				// LimitExceededException with the stream's consumers all
+				// taken: no wait frees one.
+				return "", fmt.Errorf("kinesis: register consumer %s of %s: the stream has %d registered consumers, the most it allows: deregister unused ones (aws kinesis list-stream-consumers, deregister-stream-consumer) or run fewer ranges with enhanced fan-out: %w",
+					o.Consumer, o.Stream, MaxConsumers, rerr)
 			default:
 				// Throttled (5 registrations per second per account, 5
 				// consumers CREATING) or failed: back off.
@@ -103,6 +108,43 @@ func consumerARN(ctx context.Context, api API, o *Options, log *slog.Logger) (st
 		if !sleep(ctx, min(wait, left)) {
 			return "", fmt.Errorf("kinesis: wait for consumer %s of %s: %w", o.Consumer, o.Stream, ctx.Err())
 		}
+	}
+}
+
+// MaxConsumers is the most consumers a stream may have registered.
+const MaxConsumers = 20
+
+// full reports whether err, of a RegisterStreamConsumer, is the
+// LimitExceededException of a stream whose MaxConsumers are all
+// registered. The same exception also answers the account's 5
+// registrations per second and a stream's 5 consumers CREATING, which a
+// wait clears: those, and a failed listing, are not full.
+func full(ctx context.Context, api API, streamARN string, err error) bool {
+	var lee *types.LimitExceededException
+	if !errors.As(err, &lee) {
+		return false
+	}
+	names, lerr := ConsumerNames(ctx, api, streamARN)
+	return lerr == nil && len(names) >= MaxConsumers
+}
+
+// ConsumerNames returns the names of the consumers registered on the
+// stream streamARN (ListStreamConsumers, every page).
+func ConsumerNames(ctx context.Context, api API, streamARN string) ([]string, error) {
+	var names []string
+	in := &kinesis.ListStreamConsumersInput{StreamARN: aws.String(streamARN)}
+	for {
+		out, err := api.ListStreamConsumers(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("kinesis: list consumers of %s: %w", streamARN, err)
+		}
+		for _, c := range out.Consumers {
+			names = append(names, aws.ToString(c.ConsumerName))
+		}
+		if aws.ToString(out.NextToken) == "" {
+			return names, nil
+		}
+		in = &kinesis.ListStreamConsumersInput{StreamARN: aws.String(streamARN), NextToken: out.NextToken}
 	}
 }
 
