@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -289,4 +290,42 @@ func (s *Source) readSubscription(sh *shard, es *kinesis.SubscribeToShardEventSt
 		}
 		*cont = *v.ContinuationSequenceNumber
 	}
+}
+
+// rangeConsumer matches the consumer of a fleet's key-group range,
+// "<consumer>-kg<from>-<to>".
+var rangeConsumer = regexp.MustCompile(`-kg[0-9]+-[0-9]+$`)
+
+// CheckConsumerRoom returns an error naming the numbers when the consumers
+// want (one per range of a job) do not fit the stream beside the
+// consumers registered on it, leaving room for a blue/green copy of the
+// job (another len(want)): registered + the wanted ones not yet
+// registered + room > MaxConsumers. The ones of want already registered
+// count once. The room is less the range consumers of another job already
+// on the stream (names ending "-kg<from>-<to>"): they are that copy.
+func CheckConsumerRoom(registered, want []string) error {
+	have := make(map[string]bool, len(registered))
+	for _, n := range registered {
+		have[n] = true
+	}
+	ours := make(map[string]bool, len(want))
+	needed := 0
+	for _, n := range want {
+		ours[n] = true
+		if !have[n] {
+			needed++
+		}
+	}
+	copies := 0
+	for _, n := range registered {
+		if !ours[n] && rangeConsumer.MatchString(n) {
+			copies++
+		}
+	}
+	room := max(len(want)-copies, 0)
+	if len(registered)+needed+room > MaxConsumers {
+		return fmt.Errorf("kinesis: %d consumers do not fit the stream: it has %d registered, %d of them this job's; %d more plus %d for a blue/green copy make %d, more than the %d a stream allows: use at most %d ranges with enhanced fan-out, deregister unused consumers, or read by polling",
+			len(want), len(registered), len(want)-needed, needed, room, len(registered)+needed+room, MaxConsumers, max((MaxConsumers-(len(registered)-(len(want)-needed))+copies)/2, 0))
+	}
+	return nil
 }
