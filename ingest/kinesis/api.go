@@ -11,7 +11,8 @@ import (
 
 // API is the subset of *kinesis.Client this package calls. The polling and
 // putting calls pass the stream name; the enhanced fan-out calls
-// (RegisterStreamConsumer, DescribeStreamConsumer, SubscribeToShard) take
+// (RegisterStreamConsumer, DescribeStreamConsumer, SubscribeToShard,
+// ListStreamConsumers) take
 // the stream's or the consumer's ARN, as the service requires.
 // Implementations must be safe for concurrent use.
 type API interface {
@@ -24,6 +25,7 @@ type API interface {
 	RegisterStreamConsumer(ctx context.Context, in *kinesis.RegisterStreamConsumerInput, optFns ...func(*kinesis.Options)) (*kinesis.RegisterStreamConsumerOutput, error)
 	DescribeStreamConsumer(ctx context.Context, in *kinesis.DescribeStreamConsumerInput, optFns ...func(*kinesis.Options)) (*kinesis.DescribeStreamConsumerOutput, error)
 	SubscribeToShard(ctx context.Context, in *kinesis.SubscribeToShardInput, optFns ...func(*kinesis.Options)) (*kinesis.SubscribeToShardOutput, error)
+	ListStreamConsumers(ctx context.Context, in *kinesis.ListStreamConsumersInput, optFns ...func(*kinesis.Options)) (*kinesis.ListStreamConsumersOutput, error)
 }
 
 var _ API = (*kinesis.Client)(nil)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -83,6 +84,11 @@ func consumerARN(ctx context.Context, api API, o *Options, log *slog.Logger) (st
 				status, attempt = "registered elsewhere", 0
 			case classify(rerr) == errFatal || ctx.Err() != nil:
 				return "", fmt.Errorf("kinesis: register consumer %s of %s: %w", o.Consumer, o.Stream, rerr)
+			case full(ctx, api, streamARN, rerr):
+				// LimitExceededException with the stream's consumers all
+				// taken: no wait frees one.
+				return "", fmt.Errorf("kinesis: register consumer %s of %s: the stream has %d registered consumers, the most it allows: deregister unused ones (aws kinesis list-stream-consumers, deregister-stream-consumer) or run fewer ranges with enhanced fan-out: %w",
+					o.Consumer, o.Stream, MaxConsumers, rerr)
 			default:
 				// Throttled (5 registrations per second per account, 5
 				// consumers CREATING) or failed: back off.
@@ -105,6 +111,43 @@ func consumerARN(ctx context.Context, api API, o *Options, log *slog.Logger) (st
 		if !sleep(ctx, min(wait, left)) {
 			return "", fmt.Errorf("kinesis: wait for consumer %s of %s: %w", o.Consumer, o.Stream, ctx.Err())
 		}
+	}
+}
+
+// MaxConsumers is the most consumers a stream may have registered.
+const MaxConsumers = 20
+
+// full reports whether err, of a RegisterStreamConsumer, is the
+// LimitExceededException of a stream whose MaxConsumers are all
+// registered. The same exception also answers the account's 5
+// registrations per second and a stream's 5 consumers CREATING, which a
+// wait clears: those, and a failed listing, are not full.
+func full(ctx context.Context, api API, streamARN string, err error) bool {
+	var lee *types.LimitExceededException
+	if !errors.As(err, &lee) {
+		return false
+	}
+	names, lerr := ConsumerNames(ctx, api, streamARN)
+	return lerr == nil && len(names) >= MaxConsumers
+}
+
+// ConsumerNames returns the names of the consumers registered on the
+// stream streamARN (ListStreamConsumers, every page).
+func ConsumerNames(ctx context.Context, api API, streamARN string) ([]string, error) {
+	var names []string
+	in := &kinesis.ListStreamConsumersInput{StreamARN: aws.String(streamARN)}
+	for {
+		out, err := api.ListStreamConsumers(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("kinesis: list consumers of %s: %w", streamARN, err)
+		}
+		for _, c := range out.Consumers {
+			names = append(names, aws.ToString(c.ConsumerName))
+		}
+		if aws.ToString(out.NextToken) == "" {
+			return names, nil
+		}
+		in = &kinesis.ListStreamConsumersInput{StreamARN: aws.String(streamARN), NextToken: out.NextToken}
 	}
 }
 
@@ -251,4 +294,42 @@ func (s *Source) readSubscription(sh *shard, es *kinesis.SubscribeToShardEventSt
 		}
 		*cont = *v.ContinuationSequenceNumber
 	}
+}
+
+// rangeConsumer matches the consumer of a fleet's key-group range,
+// "<consumer>-kg<from>-<to>".
+var rangeConsumer = regexp.MustCompile(`-kg[0-9]+-[0-9]+$`)
+
+// CheckConsumerRoom returns an error naming the numbers when the consumers
+// want (one per range of a job) do not fit the stream beside the
+// consumers registered on it, leaving room for a blue/green copy of the
+// job (another len(want)): registered + the wanted ones not yet
+// registered + room > MaxConsumers. The ones of want already registered
+// count once. The room is less the range consumers of another job already
+// on the stream (names ending "-kg<from>-<to>"): they are that copy.
+func CheckConsumerRoom(registered, want []string) error {
+	have := make(map[string]bool, len(registered))
+	for _, n := range registered {
+		have[n] = true
+	}
+	ours := make(map[string]bool, len(want))
+	needed := 0
+	for _, n := range want {
+		ours[n] = true
+		if !have[n] {
+			needed++
+		}
+	}
+	copies := 0
+	for _, n := range registered {
+		if !ours[n] && rangeConsumer.MatchString(n) {
+			copies++
+		}
+	}
+	room := max(len(want)-copies, 0)
+	if len(registered)+needed+room > MaxConsumers {
+		return fmt.Errorf("kinesis: %d consumers do not fit the stream: it has %d registered, %d of them this job's; %d more plus %d for a blue/green copy make %d, more than the %d a stream allows: use at most %d ranges with enhanced fan-out, deregister unused consumers, or read by polling",
+			len(want), len(registered), len(want)-needed, needed, room, len(registered)+needed+room, MaxConsumers, max((MaxConsumers-(len(registered)-(len(want)-needed))+copies)/2, 0))
+	}
+	return nil
 }

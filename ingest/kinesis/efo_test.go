@@ -313,6 +313,26 @@ func TestEFOConsumer(t *testing.T) {
 			t.Fatalf("Open: got %v, want a timeout waiting for the consumer", err)
 		}
 	})
+	t.Run("stream full", func(t *testing.T) {
+		// 20 consumers of others registered: the LimitExceededException
+		// fails the open at once, not after ConsumerWait of retries.
+		f := newStream(t, 1)
+		for i := range kinesis.MaxConsumers {
+			if _, err := f.RegisterStreamConsumer(ctx, &sdk.RegisterStreamConsumerInput{StreamARN: aws.String(kinesistest.StreamARN(stream)), ConsumerName: aws.String(fmt.Sprint("other", i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		octx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, err := kinesis.Open(octx, f, fast(efo(kinesis.Options{ConsumerWait: time.Hour})))
+		var lee *types.LimitExceededException
+		if !errors.As(err, &lee) || !strings.Contains(err.Error(), "the stream has 20 registered consumers, the most it allows") {
+			t.Fatalf("Open: got %v, want the LimitExceededException of a full stream, at once", err)
+		}
+		if got := f.Calls("RegisterStreamConsumer"); got != kinesis.MaxConsumers+1 {
+			t.Fatalf("registrations: %d, want %d (one refused, not retried)", got, kinesis.MaxConsumers+1)
+		}
+	})
 	t.Run("registration refused", func(t *testing.T) {
 		f := newStream(t, 1)
 		ft := kinesistest.NewFaulty(f)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -197,6 +198,28 @@ func (f *Fake) DescribeStreamConsumer(_ context.Context, in *kinesis.DescribeStr
 		ConsumerARN: aws.String(c.arn), ConsumerName: aws.String(c.name), ConsumerStatus: c.status(time.Now()),
 		ConsumerCreationTimestamp: aws.Time(c.created), StreamARN: aws.String(StreamARN(c.stream.name)),
 	}}, nil
+}
+
+// ListStreamConsumers lists the consumers registered on a stream, by name,
+// in one page (the fake holds at most 20).
+func (f *Fake) ListStreamConsumers(_ context.Context, in *kinesis.ListStreamConsumersInput, _ ...func(*kinesis.Options)) (*kinesis.ListStreamConsumersOutput, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count("ListStreamConsumers")
+	s, err := f.streamByARN(in.StreamARN)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	out := &kinesis.ListStreamConsumersOutput{}
+	for _, c := range f.consumers {
+		if c.stream == s {
+			out.Consumers = append(out.Consumers, types.Consumer{ConsumerARN: aws.String(c.arn), ConsumerName: aws.String(c.name),
+				ConsumerStatus: c.status(now), ConsumerCreationTimestamp: aws.Time(c.created)})
+		}
+	}
+	slices.SortFunc(out.Consumers, func(a, b types.Consumer) int { return strings.Compare(*a.ConsumerName, *b.ConsumerName) })
+	return out, nil
 }
 
 // SubscribeToShard subscribes an ACTIVE consumer to a shard and returns the

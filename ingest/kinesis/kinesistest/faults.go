@@ -196,3 +196,10 @@ func (f *Faulty) SubscribeToShard(ctx context.Context, in *kinesis.SubscribeToSh
 	}
 	return f.api.SubscribeToShard(ctx, in, o...)
 }
+
+func (f *Faulty) ListStreamConsumers(ctx context.Context, in *kinesis.ListStreamConsumersInput, o ...func(*kinesis.Options)) (*kinesis.ListStreamConsumersOutput, error) {
+	if err := f.take("ListStreamConsumers"); err != nil {
+		return nil, err
+	}
+	return f.api.ListStreamConsumers(ctx, in, o...)
+}
