@@ -71,7 +71,7 @@ func BenchmarkRecount(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		rows := sinktest.NewMemRows()
-		if _, err := Run(context.Background(), Options{Store: st, Rows: rows, Hours: hours, Gen: 1, Watermark: forever}); err != nil {
+		if _, err := Run(context.Background(), Options{Store: st, Rows: rows, Hours: hours, Gen: 1, Watermark: forever, AcceptUnbalanced: lakeOnly}); err != nil {
 			b.Fatal(err)
 		}
 	}

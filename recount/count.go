@@ -445,6 +445,23 @@ func (r *runner) hour(ctx context.Context, h int64) (HourResult, error) {
 		res.Ads = append(res.Ads, ar)
 		puts = append(puts, sink.FinalPut{Key: sink.Key{Entity: ad, Bucket: bucket}, Valid: ar.Final, SpendMicros: ar.FinalSpend, Gen: o.Gen, AtMs: now})
 	}
+	for _, ar := range res.Ads {
+		res.Unexplained += ar.Unexplained
+		res.UnexplainedSpend += ar.UnexplainedSpend
+	}
+	switch {
+	case res.Balanced || o.NoWrite:
+	case o.AcceptUnbalanced != "":
+		o.Logger.Warn("recount: finalising an hour that does not balance, accepted", "hour", res.Hour, "unexplained", res.Unexplained,
+			"unexplained_spend_micros", res.UnexplainedSpend, "accepted_by", o.AcceptUnbalanced, "gen", o.Gen)
+		res.Reason = "accepted unbalanced: " + o.AcceptUnbalanced
+	default:
+		// An unexplained difference holds the hour: final_* would bill a
+		// number nobody can explain (lake records missing, rows short).
+		res.Status = "held"
+		res.Reason = (&UnbalancedError{HourMs: h, Unexplained: res.Unexplained, UnexplainedSpend: res.UnexplainedSpend}).Error()
+		puts = nil
+	}
 	if !o.NoWrite && len(puts) > 0 {
 		refused, err := o.Rows.PutFinal(ctx, puts)
 		if err != nil {

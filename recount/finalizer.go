@@ -123,6 +123,15 @@ func (f *Finalizer) Step(ctx context.Context) ([]int64, error) {
 		ro.Hours = []int64{h}
 		ro.Watermark = func(context.Context) (int64, error) { return wm, nil }
 		_, err := Run(ctx, ro)
+		var ue *UnbalancedError
+		if errors.As(err, &ue) {
+			// Held: the hour stays provisional and is recounted every
+			// round (and so stays in the metrics and the log) until it
+			// balances; the hours after it wait.
+			o.Logger.Error("finalizer: hour held, it does not balance", "hour", FormatHour(h), "unexplained", ue.Unexplained,
+				"unexplained_spend_micros", ue.UnexplainedSpend)
+			return done, nil
+		}
 		if err != nil && !errors.Is(err, ErrRefused) {
 			return done, err
 		}

@@ -19,6 +19,7 @@ func TestFinalizerFinalisesReadyHoursInOrderRateLimited(t *testing.T) {
 	for i := int64(0); i < 3; i++ {
 		h := h10 + i*eventtime.HourMs
 		writeLake(t, st, 1+i, rec("counted", "x"+FormatHour(h), "ad1", h+1000, h+1000, h+2000, 10+i))
+		putFast(t, rows, "ad1", h, 1, 10+i) // the stream's row: the hour balances
 	}
 	var wm atomic.Int64
 	wm.Store(ReadyAt(h10+eventtime.HourMs, 2*eventtime.HourMs, 600_000)) // hours 10 and 11 ready
@@ -70,5 +71,14 @@ func TestFinalizerRunStopsWithContext(t *testing.T) {
 	}
 	if _, err := NewFinalizer(FinalizerOptions{Recount: Options{Store: st, Rows: sinktest.NewMemRows()}}); err == nil {
 		t.Error("NewFinalizer without a watermark: got nil error")
+	}
+}
+
+// putFast writes the stream's fast total of (ad, hour).
+func putFast(t *testing.T, rows sink.Rows, ad string, hourMs, valid, spend int64) {
+	t.Helper()
+	if _, err := rows.Put(context.Background(), []sink.Put{{Key: sink.Key{Entity: ad, Bucket: sink.HourBucket(hourMs)},
+		Writer: sink.Fast, Valid: valid, SpendMicros: spend, Epoch: 1, Gen: 1}}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -61,6 +61,7 @@ func TestMetricsRegisteredWithRegisterer(t *testing.T) {
 	rows := sinktest.NewMemRows()
 	writeLake(t, st, 1, rec("counted", "c1", "ad1", h10+1000, h10+1000, h10+2000, 10),
 		rec("counted", "c2", "ad1", h10+3000, h10+3000, h10+4000, 20))
+	putFast(t, rows, "ad1", h10, 2, 30)
 	reg := prometheus.NewPedanticRegistry()
 	wm := ReadyAt(h10, 2*eventtime.HourMs, 600_000)
 	o := Options{Store: st, Rows: rows, Gen: 1, NowMs: 9, Registerer: reg,

@@ -36,6 +36,11 @@ type Options struct {
 	// MarginMs is added to hour end + horizon before an hour counts as
 	// final; default 600,000 (10 min).
 	MarginMs int64
+	// AcceptUnbalanced, if set, says who accepts an unexplained difference
+	// and why: an hour that does not balance is then finalised anyway, and
+	// the acceptance is logged with the hour and the difference. Empty (the
+	// default) holds such an hour: no final_* is written.
+	AcceptUnbalanced string
 	// NoWrite reconciles without writing final_* (adclick reconcile).
 	NoWrite bool
 	// MaxLoggedIDs bounds the click ids kept and logged per (ad, hour) for
@@ -149,12 +154,26 @@ func (e *NotFinalError) Error() string {
 // refused because a newer generation had already written them.
 var ErrRefused = errors.New("recount: final writes refused: a newer generation already finalised these rows")
 
+// UnbalancedError is the refusal to finalise an hour whose reconciliation
+// leaves an unexplained difference: its final_* are not written, so billing
+// keeps reading its rows as provisional.
+type UnbalancedError struct {
+	HourMs                        int64
+	Unexplained, UnexplainedSpend int64
+}
+
+func (e *UnbalancedError) Error() string {
+	return fmt.Sprintf("recount: hour %s does not balance: unexplained difference %d clicks (%d spend micros), final = fast + late - A + B fails; final_* not written, the hour stays provisional (runbooks/recount-mismatch.md)",
+		FormatHour(e.HourMs), e.Unexplained, e.UnexplainedSpend)
+}
+
 // HourResult is the outcome of one hour.
 type HourResult struct {
 	HourMs int64  `json:"hour_ms"`
 	Hour   string `json:"hour"`
 	// Status: "final" (final_* written), "checked" (NoWrite), "not_final"
-	// (refused: see Reason).
+	// (refused: see Reason), "held" (it does not balance: no final_*
+	// written, its rows stay provisional; see Reason).
 	Status string `json:"status"`
 	Reason string `json:"reason,omitempty"`
 	Forced bool   `json:"forced,omitempty"`
@@ -168,9 +187,13 @@ type HourResult struct {
 	// whose earliest copy was chosen).
 	Rejected map[string]int64 `json:"rejected"`
 	// Refused counts final_* writes refused (a newer generation had won).
-	Refused  int        `json:"refused_writes"`
-	Balanced bool       `json:"balanced"`
-	Ads      []AdResult `json:"ads"`
+	Refused  int  `json:"refused_writes"`
+	Balanced bool `json:"balanced"`
+	// Unexplained and UnexplainedSpend sum the ads' unexplained
+	// differences of a held hour.
+	Unexplained      int64      `json:"unexplained,omitempty"`
+	UnexplainedSpend int64      `json:"unexplained_spend_micros,omitempty"`
+	Ads              []AdResult `json:"ads"`
 }
 
 // AdResult is the reconciliation of one (ad, hour).
@@ -268,6 +291,10 @@ func Run(ctx context.Context, o Options) ([]HourResult, error) {
 		if res.Refused > 0 {
 			errs = append(errs, fmt.Errorf("hour %s: %d rows: %w", res.Hour, res.Refused, ErrRefused))
 		}
+		if res.Status == "held" {
+			errs = append(errs, &UnbalancedError{HourMs: h, Unexplained: res.Unexplained, UnexplainedSpend: res.UnexplainedSpend})
+			o.Logger.Error("recount held the hour: it does not balance", "hour", res.Hour, "unexplained", res.Unexplained, "unexplained_spend_micros", res.UnexplainedSpend)
+		}
 		results = append(results, res)
 		r.done++
 	}
@@ -300,6 +327,7 @@ func (r *runner) report(_ context.Context, res *HourResult) {
 		m.reconcile.WithLabelValues(k).Set(float64(v))
 	}
 	m.unbalanced.Set(float64(unb))
+	m.setHeld(res)
 }
 
 func floorMod(a, b int64) int64 {

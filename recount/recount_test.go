@@ -158,6 +158,7 @@ func TestNotFinalRefusedUnlessForced(t *testing.T) {
 	st := newMemStore()
 	rows := sinktest.NewMemRows()
 	writeLake(t, st, 1, rec("counted", "x1", "ad1", h10+1000, h10+1000, h10+2000, 10))
+	putFast(t, rows, "ad1", h10, 1, 10)
 	ready := h10 + eventtime.HourMs + 2*eventtime.HourMs + 600_000
 	wm := func(context.Context) (int64, error) { return ready - 1, nil }
 	res, err := Run(ctx, Options{Store: st, Rows: rows, Hours: []int64{h10}, Gen: 1, Watermark: wm})
@@ -190,6 +191,7 @@ func TestNewerGenWinsOlderRefused(t *testing.T) {
 	st := newMemStore()
 	rows := sinktest.NewMemRows()
 	writeLake(t, st, 1, rec("counted", "x1", "ad1", h10+1000, h10+1000, h10+2000, 10))
+	putFast(t, rows, "ad1", h10, 1, 10)
 	k := sink.Key{Entity: "ad1", Bucket: sink.HourBucket(h10)}
 	run := func(gen, now int64) error {
 		_, err := Run(ctx, Options{Store: st, Rows: rows, Hours: []int64{h10}, Gen: gen, NowMs: now, Watermark: forever})
@@ -224,7 +226,7 @@ func TestRecountAfterCrashRestartEqualsNoCrash(t *testing.T) {
 	clean := newMemStore()
 	simulateStream(t, clean, lines, 1000, 1)
 	cleanRows := sinktest.NewMemRows()
-	if _, err := Run(ctx, Options{Store: clean, Rows: cleanRows, Hours: refHours(t, ref), Gen: 1, Watermark: forever}); err != nil {
+	if _, err := Run(ctx, Options{Store: clean, Rows: cleanRows, Hours: refHours(t, ref), Gen: 1, Watermark: forever, AcceptUnbalanced: lakeOnly}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -262,7 +264,7 @@ func TestRecountAfterCrashRestartEqualsNoCrash(t *testing.T) {
 	// lines before 6000: replay those first without a lake.
 	simulateReplay(t, crashed, lines, 6000, 1000, c)
 	crashedRows := sinktest.NewMemRows()
-	if _, err := Run(ctx, Options{Store: crashed, Rows: crashedRows, Hours: refHours(t, ref), Gen: 1, Watermark: forever}); err != nil {
+	if _, err := Run(ctx, Options{Store: crashed, Rows: crashedRows, Hours: refHours(t, ref), Gen: 1, Watermark: forever, AcceptUnbalanced: lakeOnly}); err != nil {
 		t.Fatal(err)
 	}
 	compareFinals(t, finals(t, crashedRows), finals(t, cleanRows))

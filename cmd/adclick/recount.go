@@ -41,7 +41,11 @@ are used as given.
 
 An hour is final once the job watermark of that checkpoint (or
 --watermark) has passed hour end + horizon + margin; an hour that is not
-is refused unless --force. A recount under a newer --gen replaces
+is refused unless --force. An hour whose reconciliation leaves an
+unexplained difference is held: no final_* is written (billing keeps it
+provisional) and the command exits 1 naming the hour and the difference;
+--accept-unbalanced "WHO: WHY" finalises it anyway (runbooks/recount-
+mismatch.md). A recount under a newer --gen replaces
 final_*; one under an older --gen is refused. The embedded store must not
 be in use by a running job.
 
@@ -59,22 +63,23 @@ final = fast + late - A + B holds. Exits 1 if any (ad, hour) does not balance.
 The horizon and allowance are the job's, as for recount.`
 
 type recountFlags struct {
-	hour, from, to  string
-	allReady, force bool
-	forceSettings   bool
-	gen             int64
-	data, lake      string
-	checkpoints     string
-	watermark       string
-	jsonOut         bool
-	horizonMs       int64
-	allowanceMs     int64
-	marginMs        int64
-	maxIDs          int
-	logLevel        string
-	logFormat       string
-	leaseTable, job string // a fleet's job (recount_fleet.go)
-	sf              sinkFlags
+	hour, from, to   string
+	allReady, force  bool
+	forceSettings    bool
+	gen              int64
+	data, lake       string
+	checkpoints      string
+	watermark        string
+	jsonOut          bool
+	horizonMs        int64
+	allowanceMs      int64
+	marginMs         int64
+	maxIDs           int
+	logLevel         string
+	logFormat        string
+	leaseTable, job  string // a fleet's job (recount_fleet.go)
+	acceptUnbalanced string
+	sf               sinkFlags
 }
 
 func (f *recountFlags) register(fs *flag.FlagSet, write bool) {
@@ -85,6 +90,7 @@ func (f *recountFlags) register(fs *flag.FlagSet, write bool) {
 	fs.BoolVar(&f.force, "force", false, "recount hours that are not final yet")
 	fs.BoolVar(&f.forceSettings, "force-settings", false, "use --horizon-ms and --allowance-ms even where they differ from the job's (its latest checkpoint's)")
 	if write {
+		fs.StringVar(&f.acceptUnbalanced, "accept-unbalanced", "", "WHO: WHY — finalise an hour that does not balance anyway (with --hour only); the acceptance is logged with the hour and the difference. Without it such an hour is held: no final_* is written")
 		fs.Int64Var(&f.gen, "gen", 1, "generation written as final_gen (a newer one replaces final_*, an older one is refused)")
 	}
 	fs.StringVar(&f.data, "data", "./adclick-data", "data directory of the job (checkpoints, embedded store, lake)")
@@ -131,6 +137,9 @@ func recountMain(ctx context.Context, name, summary string, write bool, args []s
 	if modes != 1 {
 		return usageError{errors.New("give exactly one of --hour, --from/--to or --all-ready")}
 	}
+	if f.acceptUnbalanced != "" && f.hour == "" {
+		return usageError{errors.New("--accept-unbalanced accepts the difference of one hour: give it with --hour")}
+	}
 	store, err := openLake(ctx, f.lake, f.data)
 	if err != nil {
 		return err
@@ -172,7 +181,7 @@ func recountMain(ctx context.Context, name, summary string, write bool, args []s
 
 	o := recount.Options{Store: store, Rows: rows, Gen: f.gen, Watermark: wmFn, Force: f.force,
 		Judge:    recount.Judge{HorizonMs: f.horizonMs, AllowanceMs: &f.allowanceMs},
-		MarginMs: f.marginMs, MaxLoggedIDs: f.maxIDs, Logger: log}
+		MarginMs: f.marginMs, MaxLoggedIDs: f.maxIDs, Logger: log, AcceptUnbalanced: f.acceptUnbalanced}
 	if o.Hours, err = f.selectHours(ctx, store, wmFn); err != nil {
 		return err
 	}
