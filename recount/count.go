@@ -79,6 +79,7 @@ type runner struct {
 	rows    int64
 	done    int
 	total   int
+	fences  *fences // the scopes' fence records, listed once per run
 
 	seed  maphash.Seed
 	ads   []string // interned ads
@@ -118,18 +119,16 @@ func (r *runner) span() int64 {
 	return (r.o.Judge.HorizonMs + *r.o.Judge.AllowanceMs + 1 + eventtime.HourMs - 1) / eventtime.HourMs
 }
 
-// scanHour calls fn with the rows of the hour's objects, a batch at a time,
-// object by object in key order.
+// scanHour calls fn with the rows of the hour's objects (those of the fence
+// that holds each epoch, see OpenFence), a batch at a time, object by
+// object in key order.
 func (r *runner) scanHour(ctx context.Context, hourMs int64, fn func(*batch) error) error {
-	var keys []string
-	err := r.o.Store.List(ctx, HourPrefix(hourMs), "", func(key string) error {
-		if strings.HasSuffix(key, ".parquet") {
-			keys = append(keys, key)
-		}
-		return nil
-	})
+	if r.fences == nil {
+		r.fences = newFences(r.o.Store)
+	}
+	keys, err := hourKeys(ctx, r.o.Store, r.fences, hourMs)
 	if err != nil {
-		return fmt.Errorf("recount: read hour %s: %w", FormatHour(hourMs), err)
+		return err
 	}
 	for _, k := range keys {
 		b, err := r.o.Store.Get(ctx, k)

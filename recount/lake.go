@@ -191,12 +191,10 @@ func chunkKey(hourMs int64, part string, epoch int64, k int) string {
 }
 
 // NewWriter returns a writer of part (letters, digits, '-', '_'; for
-// example "preagg-3" or "source") to store.
+// example "preagg-3" or "source", but not "kg<a>-<b>…" nor "f<n>-…", which
+// would read as a scope or a fence) to store.
 func NewWriter(store Store, part string) (*Writer, error) {
-	if err := validPart(part); err != nil {
-		return nil, err
-	}
-	return &Writer{store: store, part: part}, nil
+	return NewFencedWriter(store, "", 0, part)
 }
 
 // NewScopedWriter returns a writer of part for a range pipeline whose
@@ -206,16 +204,43 @@ func NewWriter(store Store, part string) (*Writer, error) {
 // range never touches another's objects, though their epoch numbers
 // overlap.
 func NewScopedWriter(store Store, scope, part string) (*Writer, error) {
-	if scope == "" {
-		return NewWriter(store, part)
-	}
-	if err := validPart(scope); err != nil {
-		return nil, fmt.Errorf("recount: bad scope %q", scope)
-	}
-	if err := validPart(scope + "-" + part); err != nil {
+	return NewFencedWriter(store, scope, 0, part)
+}
+
+// NewFencedWriter is NewScopedWriter for a pipeline held under a lease
+// tenure with fence f (0: none, NewScopedWriter): with f > 0 its objects
+// are named part-<scope>-f<f>-<part>-e<epoch> (part-f<f>-<part>-e<epoch>
+// for scope ""), so that no two tenures of a range ever write the same
+// object, and the readers read an epoch's objects only from the fence that
+// holds it (see OpenFence, which the tenure calls before its first
+// object). A scope other than "" is "kg<from>-<to>".
+func NewFencedWriter(store Store, scope string, f int64, part string) (*Writer, error) {
+	if err := validPart(part); err != nil {
 		return nil, err
 	}
-	return &Writer{store: store, scope: scope, part: scope + "-" + part}, nil
+	if ambiguousPart(part) {
+		return nil, fmt.Errorf("recount: bad part name %q: it reads as a scope or a fence", part)
+	}
+	if f < 0 {
+		return nil, fmt.Errorf("recount: bad fence %d", f)
+	}
+	name := part
+	if f > 0 {
+		name = "f" + strconv.FormatInt(f, 10) + "-" + name
+	}
+	if scope != "" {
+		if err := validPart(scope); err != nil {
+			return nil, fmt.Errorf("recount: bad scope %q", scope)
+		}
+		if sc, n := scopePrefix(scope + "-"); n == 0 || sc != scope {
+			return nil, fmt.Errorf("recount: bad scope %q: want like kg0-16", scope)
+		}
+		name = scope + "-" + name
+	}
+	if err := validPart(name); err != nil {
+		return nil, err
+	}
+	return &Writer{store: store, scope: scope, part: name}, nil
 }
 
 // Add buffers r (the bytes of its strings are copied: the writer keeps no
@@ -467,18 +492,14 @@ func manifestEpoch(dir, key string) (int64, bool) {
 }
 
 // ReadHour calls fn for every row of the hour starting at hourMs, object by
-// object in key order. The row passed to fn is reused: copy what is kept
+// object in key order, of the objects of the fence that holds each epoch
+// (an old tenure's object at an epoch a later tenure restored and wrote
+// again is not read; see OpenFence). The row passed to fn is reused: copy what is kept
 // (its strings are safe to keep).
 func ReadHour(ctx context.Context, store Store, hourMs int64, fn func(*Row) error) error {
-	var keys []string
-	err := store.List(ctx, HourPrefix(hourMs), "", func(key string) error {
-		if strings.HasSuffix(key, ".parquet") {
-			keys = append(keys, key)
-		}
-		return nil
-	})
+	keys, err := hourKeys(ctx, store, newFences(store), hourMs)
 	if err != nil {
-		return fmt.Errorf("recount: read hour %s: %w", FormatHour(hourMs), err)
+		return err
 	}
 	rows := make([]Row, 1024)
 	for _, k := range keys {

@@ -298,6 +298,16 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		j.Close()
 		return nil, fmt.Errorf("runtime: clean the lake after restoring checkpoint %d: %w", j.c, err)
 	}
+	// A fenced tenure names its lake objects with its fence, and records
+	// before its first object that it writes epochs ≥ c: the recount then
+	// reads epochs ≥ c only from this tenure's objects, never from a
+	// paused predecessor's late ones (docs/scale-out.md §6.5.6).
+	if j.fence > 0 {
+		if err := recount.OpenFence(ctx, j.lake, cfg.KeyGroups.Scope(), j.fence, j.c); err != nil {
+			j.Close()
+			return nil, fmt.Errorf("runtime: after restoring checkpoint %d: %w", j.c, err)
+		}
+	}
 	// Checkpoint ids never go down: continue after anything an earlier run
 	// may have used; a savepoint start continues at its id + 1.
 	j.nextID = max(high, j.c) + 1
@@ -352,7 +362,7 @@ func (j *Job) build() error {
 			rows:   j.rows, totals: j.totals, m: j.m, log: j.log, freeParts: freeParts})
 	}
 	var err error
-	if j.sourceLake, err = recount.NewScopedWriter(j.lake, j.cfg.KeyGroups.Scope(), "source"); err != nil {
+	if j.sourceLake, err = recount.NewFencedWriter(j.lake, j.cfg.KeyGroups.Scope(), j.fence, "source"); err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
 	for i := 0; i < p; i++ {
@@ -373,7 +383,7 @@ func (j *Job) build() error {
 		if err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
-		lw, err := recount.NewScopedWriter(j.lake, j.cfg.KeyGroups.Scope(), "preagg-"+strconv.Itoa(i))
+		lw, err := recount.NewFencedWriter(j.lake, j.cfg.KeyGroups.Scope(), j.fence, "preagg-"+strconv.Itoa(i))
 		if err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
