@@ -48,6 +48,13 @@ type RebuildOptions struct {
 	// DeleteTotals) small. Default 0: every total under its row's tag.
 	OldestEpoch int64
 
+	// Owns, when set, limits the rebuild to the ads it reports true for:
+	// a range pipeline's own key groups. A range records what it rebuilds
+	// in its own epoch sets, and its next flush deletes what restored
+	// state lacks there, so it must not rebuild another range's totals.
+	// Default nil: every ad (a job owning every key group).
+	Owns func(ad string) bool
+
 	// WritesPerSec limits the totals written per second. Default
 	// DefaultRebuildWritesPerSec; math.Inf(1) turns the limit off.
 	WritesPerSec float64
@@ -220,6 +227,10 @@ func RebuildTotals(ctx context.Context, rows sink.Rows, totals sink.Totals, from
 		batch, werr = batch[:0], nil
 		return rows.Scan(ctx, func(it sink.Item) error {
 			scanned++
+			if o.Owns != nil && !o.Owns(it.Entity) {
+				skipped++
+				return nil
+			}
 			t, ok := rebuildDecide(it, b)
 			if !ok {
 				skipped++

@@ -385,3 +385,58 @@ func sortedKeys(m map[sink.TotalKey]sink.Total) []sink.TotalKey {
 	sort.Slice(ks, func(i, j int) bool { return compareTotalKeys(ks[i], ks[j]) < 0 })
 	return ks
 }
+
+// TestRebuildTotalsOwnRangeOnly: two ranges share the running-total store,
+// each with its own epoch sets, and each rebuilds after one wipe. A
+// range's rebuild records only its own ads' totals in its sets, so its
+// next flush (here: deleting everything its sets list under the rebuilt
+// epochs, as a flush whose restored state lacks them does) leaves the
+// other range's totals in place.
+func TestRebuildTotalsOwnRangeOnly(t *testing.T) {
+	ctx := context.Background()
+	rows := sinktest.NewMemRows()
+	j := runJob(t, rows, 2)
+	want := refTotals(t, j.ref, j.epoch)
+	store := sinktest.NewMemTotals()
+	ownsA := func(ad string) bool { return ad < "ad_2" }
+	ownsB := func(ad string) bool { return !ownsA(ad) }
+	views := map[string]*sinktest.MemTotals{}
+	for name, owns := range map[string]func(string) bool{"kg0-64": ownsA, "kg64-128": ownsB} {
+		v, err := store.Scoped(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		views[name] = v
+		o := RebuildOptions{ClosedBy: j.wm, Owns: owns, WritesPerSec: math.Inf(1), Clock: newFakeClock()}
+		if _, err := RebuildTotals(ctx, rows, v, 0, o); err != nil {
+			t.Fatal(err)
+		}
+		for k := range refTotals(t, v, j.epoch) {
+			if !owns(k.Ad) {
+				t.Errorf("range %s: its epoch sets list %s of the other range", name, totalName(k))
+			}
+		}
+	}
+	// Range kg0-64 flushes: its sets' keys go.
+	a := views["kg0-64"]
+	var drop []sink.TotalKey
+	for k := range refTotals(t, a, j.epoch) {
+		drop = append(drop, k)
+	}
+	if err := a.DeleteTotals(ctx, drop); err != nil {
+		t.Fatal(err)
+	}
+	nB := 0
+	for k, w := range want {
+		if !ownsB(k.Ad) || !closedBy(k, j.wm) {
+			continue
+		}
+		nB++
+		if g, ok, err := store.GetTotal(ctx, k); err != nil || !ok || g != w {
+			t.Errorf("%s of range kg64-128 after kg0-64's flush: got %+v (present %v, %v), want %+v", totalName(k), g, ok, err, w)
+		}
+	}
+	if nB == 0 || len(drop) == 0 {
+		t.Fatalf("the job gave range kg64-128 %d closed totals and kg0-64 %d; want some of each", nB, len(drop))
+	}
+}

@@ -102,6 +102,9 @@ type FenceLease interface {
 // with a FenceLease, so that row writes carry its fence.
 func (j *Job) fenceWrites() error {
 	j.plainTotals = j.totals
+	if err := j.totalsUnderToken(); err != nil {
+		return err
+	}
 	if j.lease == nil {
 		return nil
 	}
@@ -113,6 +116,11 @@ func (j *Job) fenceWrites() error {
 			return fmt.Errorf("runtime: the job's lease fences its writes, but its row store cannot carry the fence: %w", err)
 		}
 		j.rows, j.fence = rows, fl.Fence()
+	}
+	if j.fence > 0 {
+		if err := j.totalsUnderToken(); err != nil {
+			return err
+		}
 	}
 	j.totals = fence.Totals(j.totals, f)
 	j.lake = fencedLake{Store: j.lake, f: f}
@@ -181,4 +189,24 @@ func (s fencedCkpts) Prune(ctx context.Context, keep int) (st ckpt.PruneStats, e
 
 func (s fencedCkpts) SetHigh(ctx context.Context, e int64) error {
 	return fence.Run(ctx, s.f, func(ctx context.Context) error { return s.Store.SetHigh(ctx, e) })
+}
+
+// totalsUnderToken makes the running totals carry the job's token
+// (job_gen, fence; fence 0 without a range lease), so that the store
+// refuses a write or delete of an older holder (sink.TotalsUnder). A store
+// that keeps no token (sink/embedded, which one process holds through its
+// data dir's lock) is written as before.
+func (j *Job) totalsUnderToken() error {
+	if j.plainTotals == nil {
+		return nil
+	}
+	if _, ok := j.plainTotals.(sink.FencedTotals); !ok {
+		return nil
+	}
+	t, err := sink.TotalsUnder(j.plainTotals, sink.Token{Gen: j.cfg.JobGen, Fence: j.fence})
+	if err != nil {
+		return fmt.Errorf("runtime: running totals: %w", err)
+	}
+	j.totals = t
+	return nil
 }

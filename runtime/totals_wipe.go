@@ -139,7 +139,12 @@ func rebuildTotals(ctx context.Context, j *Job, w WipeDetector, c ckptDone, virt
 		now := j.cfg.Clock.NowMs()
 		minuteFrom, hourFrom = now-minTTL.Milliseconds(), now-hourTTL.Milliseconds()
 	}
+	var owns func(string) bool
+	if !j.cfg.KeyGroups.All() {
+		owns = j.cfg.KeyGroups.Owns
+	}
 	if _, err := flush.RebuildTotals(ctx, j.rows, j.totals, minuteFrom, flush.RebuildOptions{
+		Owns:     owns,
 		ClosedBy: c.closedBy, HourFromMs: hourFrom, OldestEpoch: c.oldest,
 		Registerer: j.cfg.Registerer, Logger: j.log,
 	}); err != nil {

@@ -578,6 +578,11 @@ type Rows interface {
 // The totals themselves are shared by every view of a store; the epoch
 // bookkeeping (SetTotals' records, TotalsWritten, ForgetEpochs, and the
 // records DeleteTotals forgets) belongs to the view's scope.
+//
+// Every stored total carries the token (Token) of its last write, and
+// the plain SetTotals and DeleteTotals are those of FencedTotals under the
+// zero token: they act on totals stored without a token (or under the
+// zero token) and leave the others as they are.
 type Totals interface {
 	// SetTotals writes absolute totals and records each key under its
 	// epoch, so that the flush can find what was written since a checkpoint.
@@ -591,3 +596,89 @@ type Totals interface {
 	// GetTotal returns a total; ok is false if there is none.
 	GetTotal(ctx context.Context, k TotalKey) (t Total, ok bool, err error)
 }
+
+// FencedTotals is a Totals whose writes carry a token (Token): the store
+// keeps the token of each total's last write with the total and refuses,
+// per total and atomically, a write under a lower one
+// (docs/scale-out.md §6.5.5), as the row store refuses a Put. So once
+// the new holder of a range has written a total, a paused old holder's
+// late write of it is refused by the store itself, whatever its lease
+// check said. Implementations: sink/valkey (a single-key script),
+// sink/embedded, sinktest.MemTotals.
+type FencedTotals interface {
+	Totals
+	// SetTotalsFenced is SetTotals under t: each total whose stored token
+	// is above t (Token.Less) is left as it is and counted in refused; the
+	// others are written with t. The epoch records are written either way.
+	SetTotalsFenced(ctx context.Context, ts []Total, t Token) (refused int, err error)
+	// DeleteTotalsFenced is DeleteTotals under t: each total whose stored
+	// token is above t stays, still recorded, and is counted in refused.
+	// A missing total is deleted (not refused).
+	DeleteTotalsFenced(ctx context.Context, keys []TotalKey, t Token) (refused int, err error)
+}
+
+// Less reports whether t is below u: a lower generation, or the same
+// generation and a lower fence.
+func (t Token) Less(u Token) bool {
+	return t.Gen < u.Gen || t.Gen == u.Gen && t.Fence < u.Fence
+}
+
+// TotalsUnder returns a view of totals whose SetTotals and DeleteTotals
+// are SetTotalsFenced and DeleteTotalsFenced under t; the refusals are
+// counted by the store (its metrics), not returned. A store that writes
+// back (a Sync(ctx) error method, the embedded one) keeps it. A view of
+// a view replaces the token. It fails with ErrNoFence if totals does not
+// implement FencedTotals, and for a negative fence. A nil totals gives
+// nil.
+//
+// A job writes its running totals, its flush's and its rebuild's, through
+// TotalsUnder(store, Token{job_gen, fence of its range's take}), fence 0
+// without a range lease.
+func TotalsUnder(totals Totals, t Token) (Totals, error) {
+	if totals == nil {
+		return nil, nil
+	}
+	if err := ValidFence(t.Fence); err != nil {
+		return nil, err
+	}
+	switch v := totals.(type) {
+	case totalsView:
+		totals = v.FencedTotals
+	case syncTotalsView:
+		totals = v.FencedTotals
+	}
+	ft, ok := totals.(FencedTotals)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T", ErrNoFence, totals)
+	}
+	v := totalsView{ft, t}
+	if s, ok := totals.(interface{ Sync(context.Context) error }); ok {
+		return syncTotalsView{v, s.Sync}, nil
+	}
+	return v, nil
+}
+
+// totalsView is the view TotalsUnder returns.
+type totalsView struct {
+	FencedTotals
+	t Token
+}
+
+func (v totalsView) SetTotals(ctx context.Context, ts []Total) error {
+	_, err := v.FencedTotals.SetTotalsFenced(ctx, ts, v.t)
+	return err
+}
+
+func (v totalsView) DeleteTotals(ctx context.Context, keys []TotalKey) error {
+	_, err := v.FencedTotals.DeleteTotalsFenced(ctx, keys, v.t)
+	return err
+}
+
+// syncTotalsView is a totalsView of a store that writes back.
+type syncTotalsView struct {
+	totalsView
+	sync func(context.Context) error
+}
+
+// Sync is the store's.
+func (v syncTotalsView) Sync(ctx context.Context) error { return v.sync(ctx) }

@@ -22,16 +22,22 @@ type MemTotals struct {
 type memTotals struct {
 	mu     sync.Mutex
 	totals map[sink.TotalKey]sink.Total
+	// tokens holds the token of each total's last write; absent: the zero
+	// token.
+	tokens map[sink.TotalKey]sink.Token
+	// refused counts the writes and deletes refused by a stored token.
+	refused int
 	// epochs holds the records of each scope ("" unscoped), by epoch.
 	epochs map[string]map[int64]map[sink.TotalKey]struct{}
 }
 
-var _ sink.Totals = (*MemTotals)(nil)
+var _ sink.FencedTotals = (*MemTotals)(nil)
 
 // NewMemTotals returns an empty in-memory totals store.
 func NewMemTotals() *MemTotals {
 	return &MemTotals{memTotals: &memTotals{
 		totals: map[sink.TotalKey]sink.Total{},
+		tokens: map[sink.TotalKey]sink.Token{},
 		epochs: map[string]map[int64]map[sink.TotalKey]struct{}{},
 	}}
 }
@@ -61,26 +67,61 @@ func (m *MemTotals) scoped(create bool) map[int64]map[sink.TotalKey]struct{} {
 	return eps
 }
 
-// SetTotals stores the totals (absolute values, the last one for a key
-// wins) and records each key under its epoch.
+// SetTotals is SetTotalsFenced under the zero token.
 func (m *MemTotals) SetTotals(ctx context.Context, ts []sink.Total) error {
+	_, err := m.SetTotalsFenced(ctx, ts, sink.Token{})
+	return err
+}
+
+// SetTotalsFenced stores the totals (absolute values, the last one for a
+// key wins) with t, except those stored under a token above t, and records
+// every key under its epoch, as sink/valkey does.
+func (m *MemTotals) SetTotalsFenced(ctx context.Context, ts []sink.Total, t sink.Token) (refused int, err error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return 0, err
+	}
+	if err := sink.ValidFence(t.Fence); err != nil {
+		return 0, fmt.Errorf("sinktest: %w", err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	eps := m.scoped(len(ts) > 0)
-	for _, t := range ts {
-		k := t.Key()
-		m.totals[k] = t
-		ep := eps[t.Epoch]
+	for _, x := range ts {
+		k := x.Key()
+		ep := eps[x.Epoch]
 		if ep == nil {
 			ep = map[sink.TotalKey]struct{}{}
-			eps[t.Epoch] = ep
+			eps[x.Epoch] = ep
 		}
 		ep[k] = struct{}{}
+		if t.Less(m.tokens[k]) {
+			refused++
+			continue
+		}
+		m.totals[k] = x
+		m.tokens[k] = t
 	}
-	return nil
+	m.refused += refused
+	return refused, nil
+}
+
+// Token returns the token of the last write of the total at k; ok is false
+// if there is no total.
+func (m *MemTotals) Token(k sink.TotalKey) (t sink.Token, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.totals[k]; !ok {
+		return sink.Token{}, false
+	}
+	return m.tokens[k], true
+}
+
+// Refused returns the number of writes and deletes refused by a stored
+// token so far, through every view.
+func (m *MemTotals) Refused() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.refused
 }
 
 // TotalsWritten calls fn for every key recorded under epoch in m's scope,
@@ -105,27 +146,40 @@ func (m *MemTotals) TotalsWritten(ctx context.Context, epoch int64, fn func(sink
 	return nil
 }
 
-// DeleteTotals deletes the totals and drops the keys from every epoch of
-// m's scope.
+// DeleteTotals is DeleteTotalsFenced under the zero token.
 func (m *MemTotals) DeleteTotals(ctx context.Context, keys []sink.TotalKey) error {
+	_, err := m.DeleteTotalsFenced(ctx, keys, sink.Token{})
+	return err
+}
+
+// DeleteTotalsFenced deletes the totals, except those stored under a token
+// above t, and drops the deleted keys from every epoch of m's scope.
+func (m *MemTotals) DeleteTotalsFenced(ctx context.Context, keys []sink.TotalKey, t sink.Token) (refused int, err error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return 0, err
+	}
+	if err := sink.ValidFence(t.Fence); err != nil {
+		return 0, fmt.Errorf("sinktest: %w", err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, k := range keys {
-		delete(m.totals, k)
-	}
 	eps := m.scoped(false)
-	for e, ep := range eps {
-		for _, k := range keys {
-			delete(ep, k)
+	for _, k := range keys {
+		if t.Less(m.tokens[k]) {
+			refused++
+			continue
 		}
-		if len(ep) == 0 {
-			delete(eps, e)
+		delete(m.totals, k)
+		delete(m.tokens, k)
+		for e, ep := range eps {
+			delete(ep, k)
+			if len(ep) == 0 {
+				delete(eps, e)
+			}
 		}
 	}
-	return nil
+	m.refused += refused
+	return refused, nil
 }
 
 // ForgetEpochs drops the records of the epochs in [from, to) of m's scope;

@@ -91,6 +91,7 @@ var brokenTotalsStores = map[string]func() sink.Totals{
 	"keepsListing":    func() sink.Totals { return totKeepsListing{NewMemTotals()} },
 	"forgetsValues":   func() sink.Totals { return totForgetsValues{NewMemTotals()} },
 	"inclusiveForget": func() sink.Totals { return totInclusiveForget{NewMemTotals()} },
+	"unfenced":        func() sink.Totals { return totUnfenced{NewMemTotals()} },
 }
 
 const brokenTotalsEnv = "SINKTEST_BROKEN_TOTALS"
@@ -108,6 +109,9 @@ func TestBrokenTotalsHelper(t *testing.T) {
 		t.Fatalf("no broken store %q", name)
 	}
 	Totals(t, func(t *testing.T) sink.Totals { return open() })
+	if _, ok := open().(sink.FencedTotals); ok {
+		FencedTotals(t, func(t *testing.T) sink.FencedTotals { return open().(sink.FencedTotals) })
+	}
 }
 
 func TestSuiteCatchesBrokenTotals(t *testing.T) {
@@ -120,6 +124,7 @@ func TestSuiteCatchesBrokenTotals(t *testing.T) {
 		"keepsListing":    "--- FAIL: TestBrokenTotalsHelper/DeleteTotals",
 		"forgetsValues":   "--- FAIL: TestBrokenTotalsHelper/ForgetEpochs",
 		"inclusiveForget": "--- FAIL: TestBrokenTotalsHelper/ForgetEpochs",
+		"unfenced":        "--- FAIL: TestBrokenTotalsHelper/LateOlderFenceRefused",
 	} {
 		t.Run(name, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenTotalsHelper$", "-test.v")
@@ -140,4 +145,19 @@ func TestMemTotalsScoped(t *testing.T) {
 		m := NewMemTotals()
 		return m, func(scope string) (sink.Totals, error) { return m.Scoped(scope) }
 	})
+}
+
+func TestMemTotalsFenced(t *testing.T) {
+	FencedTotals(t, func(t *testing.T) sink.FencedTotals { return NewMemTotals() })
+}
+
+// totUnfenced writes whatever the stored token: the fenced suite must
+// catch it.
+type totUnfenced struct{ *MemTotals }
+
+func (b totUnfenced) SetTotalsFenced(ctx context.Context, ts []sink.Total, t sink.Token) (int, error) {
+	b.MemTotals.mu.Lock()
+	clear(b.MemTotals.tokens)
+	b.MemTotals.mu.Unlock()
+	return b.MemTotals.SetTotalsFenced(ctx, ts, t)
 }

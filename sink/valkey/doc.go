@@ -12,19 +12,30 @@
 //	    fields: valid         valid clicks (decimal)
 //	            spend_micros  spend in micros (decimal)
 //	            ckpt          the epoch (last barrier the writer passed) of the write
+//	            gen, fence    the token (job_gen, lease fence) of the write; absent: (0, 0)
 //	adclick:ep:<epoch>                     SET   the names of the total keys written under epoch
 //	adclick:epochs                         ZSET  the epochs that have a set (member and score: the epoch)
 //	adclick:marker                         STRING "ok" once armed, "rebuild" during a rebuild (see Wiped)
 //	adclick:ep:<scope>:<epoch>             SET   as adclick:ep:<epoch>, for a view with an index scope
 //	adclick:epochs:<scope>                 ZSET  as adclick:epochs, for a view with an index scope
+//	adclick:marker:<scope>                 STRING as adclick:marker, for a view with an index scope
 //
 // Times are the UTC start of the minute or hour. The ad id is stored as
 // given, between the braces. A dashboard reads a total with
 // HMGET adclick:m:{ad_7}:2026-11-29T10:14Z valid spend_micros.
 //
-// Every write is an absolute HSET of all three fields (one command, so a
-// reader never sees a torn total), never HINCRBY: a replay or a flush
-// rewrites a total by setting it again. Every key carries an expiry, set
+// Every write is an absolute HSET of all five fields, never HINCRBY: a
+// replay or a flush rewrites a total by setting it again. Each is made by
+// one single-key Lua script (EVALSHA, pipelined; loaded again when the
+// server answers NOSCRIPT) that refuses the write when the key holds a
+// higher (gen, fence) than the writer's token (sink.FencedTotals,
+// docs/scale-out.md §6.5.5); the flush's deletes use a second script the
+// same way. So once a range's new holder has written a total, a paused old
+// holder's late write or delete of it is refused by the server and counted
+// (adclick_valkey_totals_refused_total). A total the new holder has not
+// written yet still takes the old holder's late write: Valkey requests
+// are not signed, so nothing bounds how late it arrives; that touches
+// dashboards only, never rows or billing. Every key carries an expiry, set
 // again at each write: minute totals Options.MinuteTTL (48h), hour totals
 // Options.HourTTL (8 days), epoch sets and the registry Options.EpochTTL
 // (the longer of the two), so the bookkeeping outlives the keys it lists.
@@ -48,16 +59,8 @@
 // ranges use. The totals are per ad and stay unscoped: dashboards read
 // them the same way. The unscoped store keeps the layout above.
 //
-// Totals are not fenced by the range's lease fence, as the rows are
-// (sink.Token): there is no script, only absolute HSETs, so an owner
-// paused past its lease check may still set a stale total after the new
-// owner took the range. That is acceptable because totals serve
-// dashboards only: rows and billing never read them, and the new owner
-// rewrites every open window's total at its next firing. A total nobody
-// rewrites stays wrong until it expires, or until the fence sweep the
-// design plans after a takeover rewrites it (docs/scale-out.md §6.5 items
-// 4 and 5, which also plan a single-key script refusing a lower
-// (gen, fence)).
+// Each view has its own wipe marker, so every range detects a wipe and
+// rebuilds its own totals (see Detecting a wipe).
 //
 // # Cluster mode
 //
@@ -65,7 +68,7 @@
 // reader may pipeline one ad's minutes to a single node. Epoch sets and the
 // registry, scoped or not, are ordinary keys in their own slots (a scope
 // holds no '{' or '}'). The store sends only
-// single-key commands, so it works unchanged against a cluster
+// single-key commands and single-key scripts, so it works unchanged against a cluster
 // (Options.Cluster), where valkey-go routes each command of a pipeline to
 // its slot's node. Ordering between the epoch round trip and the value round
 // trip holds in both modes because they are separate round trips.
@@ -125,6 +128,7 @@
 //	adclick_valkey_stale_retries_total{op}  round trips sent again after a stale pooled connection failed
 //	adclick_valkey_totals_written_total     totals written
 //	adclick_valkey_totals_deleted_total     totals deleted
+//	adclick_valkey_totals_refused_total{op} writes (set) and deletes (delete) refused by a higher stored (gen, fence)
 //	adclick_valkey_call_duration_seconds{op}
 //
 // A reply error from the server (such as WRONGTYPE) counts as an error and

@@ -24,6 +24,8 @@ const (
 	fieldValid = "valid"
 	fieldSpend = "spend_micros"
 	fieldCkpt  = "ckpt"
+	fieldGen   = "gen"
+	fieldFence = "fence"
 )
 
 // ErrBadTotal marks a total or key the store cannot represent: a start that

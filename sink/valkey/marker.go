@@ -15,8 +15,15 @@ const (
 	markerKeySuffix = ":marker"
 )
 
-// marker returns the key of the marker: <p>:marker.
-func (k keys) marker() string { return k.prefix + markerKeySuffix }
+// marker returns the key of the marker: <p>:marker, or <p>:marker:<scope>
+// in a scope, so that each range pipeline detects a wipe, and re-arms
+// after its own rebuild, apart from the others.
+func (k keys) marker() string {
+	if k.scope == "" {
+		return k.prefix + markerKeySuffix
+	}
+	return k.prefix + markerKeySuffix + ":" + k.scope
+}
 
 // Wiped reports whether the store may have lost totals since it was last
 // armed: true when the marker key is missing (the server restarted without
@@ -25,6 +32,10 @@ func (k keys) marker() string { return k.prefix + markerKeySuffix }
 // with Arm. It is one round trip (GETEX): when the marker is armed it also
 // renews its expiry (Options.EpochTTL), so a job that checks at least once
 // per EpochTTL never sees a marker expire under it.
+//
+// Each index scope has its own marker (Scoped): the view of a range
+// pipeline reports the wipe to that range until the range itself has
+// rebuilt and armed, whatever the other ranges did.
 //
 // The marker is one key, so in cluster mode it detects the loss of the node
 // that holds its slot only; a node that restarts empty while the others

@@ -25,7 +25,10 @@ type metrics struct {
 	staleRetries *prometheus.CounterVec
 	written      prometheus.Counter
 	deleted      prometheus.Counter
-	duration     *prometheus.HistogramVec
+	// refused counts totals a script refused: the key holds a higher
+	// (gen, fence) than the write's.
+	refused  *prometheus.CounterVec
+	duration *prometheus.HistogramVec
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -50,6 +53,10 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Name: "adclick_valkey_totals_deleted_total",
 			Help: "Running totals deleted from Valkey (by the flush).",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "adclick_valkey_totals_refused_total",
+			Help: "Running-total writes (op set) and deletes (op delete) refused because the total holds a higher (job_gen, fence): an older holder's late write.",
+		}, []string{"op"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "adclick_valkey_call_duration_seconds",
 			Help:    "Duration of Valkey store calls, by operation.",
@@ -62,8 +69,10 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 	for _, op := range []string{opSet, opGet, opList, opDelete, opForget, opPing, opMarker} {
 		m.staleRetries.WithLabelValues(op)
 	}
+	m.refused.WithLabelValues(opSet)
+	m.refused.WithLabelValues(opDelete)
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.up, m.errors, m.staleRetries, m.written, m.deleted, m.duration} {
+		for _, c := range []prometheus.Collector{m.up, m.errors, m.staleRetries, m.written, m.deleted, m.refused, m.duration} {
 			if err := r.Register(c); err != nil {
 				return nil, fmt.Errorf("valkey: register metrics: %w", err)
 			}

@@ -2,6 +2,8 @@ package valkey
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -29,7 +31,7 @@ type Store struct {
 	closeMu sync.Once
 }
 
-var _ sink.Totals = (*Store)(nil)
+var _ sink.FencedTotals = (*Store)(nil)
 
 // New connects to the server at opts.Addr. With a standalone server (the
 // default) it succeeds even when the server is unreachable: the store then
@@ -138,17 +140,87 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// SetTotals writes the totals as absolute values (HSET valid, spend_micros,
-// ckpt; never HINCRBY) with their TTL, and records each key in the set of
+// setScript writes one total unless the key holds a higher (gen, fence):
+// KEYS[1] the total, ARGV valid, spend_micros, ckpt, gen, fence (decimal,
+// ≥ 0) and the expiry in ms. It returns 1 when it wrote, 0 when it refused.
+// Generations and fences are compared as decimal strings (by length, then
+// bytes), so exactly for every int64, not as Lua's doubles. A total without
+// gen and fence (written before fences) holds the token (0, 0).
+const setScript = `
+local function above(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+local cur = redis.call('HMGET', KEYS[1], 'gen', 'fence')
+local g, f = cur[1] or '0', cur[2] or '0'
+if above(g, ARGV[4]) or (g == ARGV[4] and above(f, ARGV[5])) then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'valid', ARGV[1], 'spend_micros', ARGV[2], 'ckpt', ARGV[3], 'gen', ARGV[4], 'fence', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+return 1
+`
+
+// delScript deletes one total unless it holds a higher (gen, fence):
+// KEYS[1] the total, ARGV gen and fence. It returns 1 when the key is gone
+// (deleted, or missing), 0 when it refused.
+const delScript = `
+local function above(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+local cur = redis.call('HMGET', KEYS[1], 'gen', 'fence')
+local g, f = cur[1] or '0', cur[2] or '0'
+if above(g, ARGV[1]) or (g == ARGV[1] and above(f, ARGV[2])) then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+return 1
+`
+
+// script is a Lua script sent with EVALSHA in pipelines, and loaded with
+// valkey-go's script helper (SCRIPT LOAD on every node, then EVALSHA) for
+// the commands a server answered NOSCRIPT (a restarted or new server, a
+// SCRIPT FLUSH, a node added to a cluster).
+type script struct {
+	lua *valkey.Lua
+	sha string
+}
+
+func newScript(src string) script {
+	sum := sha1.Sum([]byte(src))
+	return script{lua: valkey.NewLuaScript(src), sha: hex.EncodeToString(sum[:])}
+}
+
+var (
+	setTotal = newScript(setScript)
+	delTotal = newScript(delScript)
+)
+
+// SetTotals is SetTotalsFenced under the zero token: it writes totals
+// stored without a token and refuses those stored under a higher one.
+func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) error {
+	_, err := s.SetTotalsFenced(ctx, ts, sink.Token{})
+	return err
+}
+
+// SetTotalsFenced writes the totals as absolute values (valid,
+// spend_micros, ckpt, and the token's gen and fence; never HINCRBY) with
+// their TTL, each by one single-key script that refuses the write when the
+// key holds a higher (gen, fence) (setScript; refusals are counted in
+// adclick_valkey_totals_refused_total), and records each key in the set of
 // its epoch. The epoch sets are written first, in their own round trip, so
 // that a value is never present without its record; then the values follow
 // in pipelines of Options.BatchSize totals. On error some totals may have
 // been written; writing them again is harmless. A total whose start is not
 // a whole minute (hour) in years 1970..9999 is refused before anything is
 // sent.
-func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) error {
+func (s *Store) SetTotalsFenced(ctx context.Context, ts []sink.Total, tok sink.Token) (refused int, err error) {
 	if len(ts) == 0 {
-		return nil
+		return 0, nil
+	}
+	if err := sink.ValidFence(tok.Fence); err != nil {
+		return 0, fmt.Errorf("valkey: set totals: %w", err)
 	}
 	defer s.track(opSet, time.Now())
 	names := make([]string, len(ts))
@@ -156,7 +228,7 @@ func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) error {
 	for i, t := range ts {
 		name, err := s.k.total(t.Key())
 		if err != nil {
-			return fmt.Errorf("valkey: set totals: total %d (ad %q): %w", i, t.Ad, err)
+			return 0, fmt.Errorf("valkey: set totals: total %d (ad %q): %w", i, t.Ad, err)
 		}
 		names[i] = name
 		byEpoch[t.Epoch] = append(byEpoch[t.Epoch], name)
@@ -176,33 +248,99 @@ func (s *Store) SetTotals(ctx context.Context, ts []sink.Total) error {
 	}
 	cmds = append(cmds, reg.Build(), s.c.B().Pexpire().Key(s.k.epochs()).Milliseconds(epochTTL).Build())
 	if err := s.roundTrips(ctx, opSet, cmds); err != nil {
-		return fmt.Errorf("valkey: set totals: record epochs: %w", err)
+		return 0, fmt.Errorf("valkey: set totals: record epochs: %w", err)
 	}
 
-	// Then the values, BatchSize totals (2 commands each) per round trip.
-	minTTL, hourTTL := s.opts.MinuteTTL.Milliseconds(), s.opts.HourTTL.Milliseconds()
+	// Then the values, BatchSize totals (one script call each) per round
+	// trip.
+	minTTL, hourTTL := strconv.FormatInt(s.opts.MinuteTTL.Milliseconds(), 10), strconv.FormatInt(s.opts.HourTTL.Milliseconds(), 10)
+	gen, fence := strconv.FormatInt(tok.Gen, 10), strconv.FormatInt(tok.Fence, 10)
+	execs := make([]valkey.LuaExec, 0, min(len(ts), s.opts.BatchSize))
 	for lo := 0; lo < len(ts); lo += s.opts.BatchSize {
 		hi := min(lo+s.opts.BatchSize, len(ts))
-		cmds := make(valkey.Commands, 0, 2*(hi-lo))
+		execs = execs[:0]
 		for i := lo; i < hi; i++ {
 			t := ts[i]
 			ttl := minTTL
 			if t.Hour {
 				ttl = hourTTL
 			}
-			cmds = append(cmds,
-				s.c.B().Hset().Key(names[i]).FieldValue().
-					FieldValue(fieldValid, strconv.FormatInt(t.Valid, 10)).
-					FieldValue(fieldSpend, strconv.FormatInt(t.SpendMicros, 10)).
-					FieldValue(fieldCkpt, strconv.FormatInt(t.Epoch, 10)).Build(),
-				s.c.B().Pexpire().Key(names[i]).Milliseconds(ttl).Build())
+			execs = append(execs, valkey.LuaExec{Keys: []string{names[i]}, Args: []string{
+				strconv.FormatInt(t.Valid, 10), strconv.FormatInt(t.SpendMicros, 10), strconv.FormatInt(t.Epoch, 10),
+				gen, fence, ttl}})
 		}
-		if _, err := s.roundTrip(ctx, opSet, cmds); err != nil {
-			return fmt.Errorf("valkey: set totals: write %d of %d: %w", lo, len(ts), err)
+		done, err := s.eval(ctx, opSet, setTotal, execs)
+		if err != nil {
+			return refused, fmt.Errorf("valkey: set totals: write %d of %d: %w", lo, len(ts), err)
 		}
-		s.m.written.Add(float64(hi - lo))
+		n := 0
+		for _, ok := range done {
+			if ok {
+				n++
+			}
+		}
+		refused += len(done) - n
+		s.m.written.Add(float64(n))
+		s.m.refused.WithLabelValues(opSet).Add(float64(len(done) - n))
 	}
-	return nil
+	return refused, nil
+}
+
+// eval runs sc once for each of execs, pipelined in one round trip of
+// EVALSHA (roundTrip: bounded by Options.Timeout, sent again after a stale
+// connection, which is safe since both scripts give the same result when
+// applied twice). The executions a server answered NOSCRIPT go again
+// through the script helper, which loads the script on every node first.
+// done[i] reports whether execs[i] wrote (reply 1) rather than refused
+// (reply 0).
+func (s *Store) eval(ctx context.Context, op string, sc script, execs []valkey.LuaExec) (done []bool, err error) {
+	cmds := make(valkey.Commands, len(execs))
+	for i, e := range execs {
+		cmds[i] = s.c.B().Evalsha().Sha1(sc.sha).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
+	}
+	res, err := s.roundTripKeep(ctx, op, cmds, noScript)
+	if err != nil {
+		return nil, err
+	}
+	var again []int
+	for i, r := range res {
+		if noScript(r.Error()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		retry := make([]valkey.LuaExec, len(again))
+		for j, i := range again {
+			retry[j] = execs[i]
+		}
+		rctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		res2 := sc.lua.ExecMulti(rctx, s.c, retry...)
+		cancel()
+		for _, r := range res2 {
+			if e := r.Error(); e != nil {
+				s.note(ctx, op, e)
+				return nil, e
+			}
+		}
+		for j, i := range again {
+			res[i] = res2[j]
+		}
+	}
+	done = make([]bool, len(res))
+	for i, r := range res {
+		n, err := r.AsInt64()
+		if err != nil {
+			return nil, fmt.Errorf("script reply: %w", err)
+		}
+		done[i] = n == 1
+	}
+	return done, nil
+}
+
+// noScript reports whether err is the server's NOSCRIPT reply to EVALSHA.
+func noScript(err error) bool {
+	ve, ok := valkey.IsValkeyErr(err)
+	return ok && ve.IsNoScript()
 }
 
 // GetTotal returns the total at k; ok is false if there is none.
@@ -282,48 +420,76 @@ func (s *Store) TotalsWritten(ctx context.Context, epoch int64, fn func(sink.Tot
 	}
 }
 
-// DeleteTotals deletes the totals, then removes them from every epoch set in
-// the registry of the store's scope (other scopes' sets keep them). The values go first so that a failure leaves, at worst, a
+// DeleteTotals is DeleteTotalsFenced under the zero token.
+func (s *Store) DeleteTotals(ctx context.Context, ks []sink.TotalKey) error {
+	_, err := s.DeleteTotalsFenced(ctx, ks, sink.Token{})
+	return err
+}
+
+// DeleteTotalsFenced deletes the totals, each by one single-key script that
+// refuses when the key holds a higher (gen, fence) than tok (delScript;
+// refusals are counted in adclick_valkey_totals_refused_total), then
+// removes the deleted ones from every epoch set in the registry of the
+// store's scope (other scopes' sets keep them; a refused total stays
+// listed). The values go first so that a failure leaves, at worst, a
 // record without a value (harmless) and never a value without its record.
 // A DeleteTotals racing a SetTotals of the same key may leave either
 // outcome; the flush, its only caller, runs before output resumes.
-func (s *Store) DeleteTotals(ctx context.Context, ks []sink.TotalKey) error {
+func (s *Store) DeleteTotalsFenced(ctx context.Context, ks []sink.TotalKey, tok sink.Token) (refused int, err error) {
 	if len(ks) == 0 {
-		return nil
+		return 0, nil
+	}
+	if err := sink.ValidFence(tok.Fence); err != nil {
+		return 0, fmt.Errorf("valkey: delete totals: %w", err)
 	}
 	defer s.track(opDelete, time.Now())
 	names := make([]string, len(ks))
 	for i, k := range ks {
 		var err error
 		if names[i], err = s.k.total(k); err != nil {
-			return fmt.Errorf("valkey: delete totals: key %d (ad %q): %w", i, k.Ad, err)
+			return 0, fmt.Errorf("valkey: delete totals: key %d (ad %q): %w", i, k.Ad, err)
 		}
 	}
-	// One DEL per key: keys of different ads live in different cluster slots.
+	// One script call per key: keys of different ads live in different
+	// cluster slots.
+	gen, fence := strconv.FormatInt(tok.Gen, 10), strconv.FormatInt(tok.Fence, 10)
+	deleted := make([]string, 0, len(names))
 	for chunk := range chunks(names, s.opts.BatchSize) {
-		cmds := make(valkey.Commands, 0, len(chunk))
-		for _, n := range chunk {
-			cmds = append(cmds, s.c.B().Del().Key(n).Build())
+		execs := make([]valkey.LuaExec, len(chunk))
+		for i, n := range chunk {
+			execs[i] = valkey.LuaExec{Keys: []string{n}, Args: []string{gen, fence}}
 		}
-		if _, err := s.roundTrip(ctx, opDelete, cmds); err != nil {
-			return fmt.Errorf("valkey: delete totals: %w", err)
+		done, err := s.eval(ctx, opDelete, delTotal, execs)
+		if err != nil {
+			return refused, fmt.Errorf("valkey: delete totals: %w", err)
 		}
-		s.m.deleted.Add(float64(len(chunk)))
+		for i, ok := range done {
+			if ok {
+				deleted = append(deleted, chunk[i])
+			} else {
+				refused++
+			}
+		}
+	}
+	s.m.deleted.Add(float64(len(deleted)))
+	s.m.refused.WithLabelValues(opDelete).Add(float64(refused))
+	if len(deleted) == 0 {
+		return refused, nil
 	}
 	epochs, err := s.registered(ctx, opDelete, "-inf", "+inf")
 	if err != nil {
-		return fmt.Errorf("valkey: delete totals: %w", err)
+		return refused, fmt.Errorf("valkey: delete totals: %w", err)
 	}
 	var cmds valkey.Commands
 	for _, e := range epochs {
-		for chunk := range chunks(names, s.opts.BatchSize) {
+		for chunk := range chunks(deleted, s.opts.BatchSize) {
 			cmds = append(cmds, s.c.B().Srem().Key(s.k.epoch(e)).Member(chunk...).Build())
 		}
 	}
 	if err := s.roundTrips(ctx, opDelete, cmds); err != nil {
-		return fmt.Errorf("valkey: delete totals: forget: %w", err)
+		return refused, fmt.Errorf("valkey: delete totals: forget: %w", err)
 	}
-	return nil
+	return refused, nil
 }
 
 // ForgetEpochs deletes the epoch sets of the epochs in [from, to) and then
@@ -397,13 +563,21 @@ func (s *Store) registered(ctx context.Context, op, min, max string) ([]int64, e
 // trip.
 //
 // Sending a pipeline again is safe for every command the store sends:
-// reads, absolute HSETs, SADD/SREM/ZADD/ZREM of members, DEL, PEXPIRE and
-// the marker's SETs give the same result when applied twice. It cannot
+// reads, the scripts' conditional absolute HSETs and DELs, SADD/SREM/ZADD/
+// ZREM of members, PEXPIRE and the marker's SETs give the same result when
+// applied twice. It cannot
 // reorder one caller's writes either: the retry happens before the call
 // returns, and concurrent calls on the same key have no order to keep.
 func (s *Store) roundTrip(ctx context.Context, op string, cmds valkey.Commands) ([]valkey.ValkeyResult, error) {
+	return s.roundTripKeep(ctx, op, cmds, nil)
+}
+
+// roundTripKeep is roundTrip, except that a reply error for which keep
+// returns true is left in its result for the caller instead of failing
+// the round trip.
+func (s *Store) roundTripKeep(ctx context.Context, op string, cmds valkey.Commands, keep func(error) bool) ([]valkey.ValkeyResult, error) {
 	for retry := 0; ; retry++ {
-		res, err := s.send(ctx, cmds)
+		res, err := s.send(ctx, cmds, keep)
 		if err != nil && retry < maxStaleConns && ctx.Err() == nil && staleConn(err) {
 			// Not counted as an error, and the server is not marked down:
 			// the pipeline goes again at once on another connection.
@@ -416,13 +590,14 @@ func (s *Store) roundTrip(ctx context.Context, op string, cmds valkey.Commands) 
 }
 
 // send sends cmds in one pipeline, bounded by Options.Timeout, and returns
-// the first error among the replies (a nil reply is not an error).
-func (s *Store) send(ctx context.Context, cmds valkey.Commands) ([]valkey.ValkeyResult, error) {
+// the first error among the replies (a nil reply is not an error, nor one
+// that keep, if not nil, keeps).
+func (s *Store) send(ctx context.Context, cmds valkey.Commands, keep func(error) bool) ([]valkey.ValkeyResult, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	res := s.c.DoMulti(rctx, cmds...)
 	for _, r := range res {
-		if e := r.Error(); e != nil && !valkey.IsValkeyNil(e) {
+		if e := r.Error(); e != nil && !valkey.IsValkeyNil(e) && (keep == nil || !keep(e)) {
 			return nil, e
 		}
 	}

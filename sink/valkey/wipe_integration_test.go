@@ -168,3 +168,52 @@ func TestWipeAndRebuild(t *testing.T) {
 		t.Fatalf("Wiped after Arm = %v, %v; want false", wiped, err)
 	}
 }
+
+// TestEachRangeDetectsTheWipe: two range pipelines share the server, each
+// through its view. After one empty restart both see the wipe; the first
+// rebuilding and arming does not hide it from the second, which sees it
+// until it arms itself.
+func TestEachRangeDetectsTheWipe(t *testing.T) {
+	r := startOwnRedis(t)
+	ctx := context.Background()
+	s, err := New(ctx, Options{Addr: r.addr, Prefix: testPrefix(t), Timeout: time.Second, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var views []*Store
+	for _, scope := range []string{"kg0-64", "kg64-128"} {
+		v, err := s.Scoped(scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		views = append(views, v)
+	}
+	arm := func(v *Store) {
+		t.Helper()
+		if err := v.BeginRebuild(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if armed, err := v.Arm(ctx); err != nil || !armed {
+			t.Fatalf("%s: Arm = %v, %v; want true, nil", v.Scope(), armed, err)
+		}
+	}
+	wiped := func(v *Store, want bool, when string) {
+		t.Helper()
+		waitUntil(t, 10*time.Second, "the server answers", func() error { return v.Ping(ctx) })
+		if got, err := v.Wiped(ctx); err != nil || got != want {
+			t.Fatalf("%s: Wiped %s = %v, %v; want %v", v.Scope(), when, got, err, want)
+		}
+	}
+	for _, v := range views {
+		arm(v)
+		wiped(v, false, "once armed")
+	}
+	r.restart()
+	wiped(views[0], true, "after the restart")
+	arm(views[0])
+	wiped(views[0], false, "after its own rebuild")
+	wiped(views[1], true, "after the other range rebuilt")
+	arm(views[1])
+	wiped(views[1], false, "after its own rebuild")
+}
