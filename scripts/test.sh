@@ -415,8 +415,13 @@ node "$CFN_DIR/validate.js" "$ROOT/deploy/cloudformation/adclick.yaml" ||
 
 # The packages that run the adclick binary (cmd/adclick, deploy, runbooks)
 # share one build of it, named by ADCLICK_TEST_BINARY; run alone with go
-# test, each builds its own. Its plain (non-race) compile of the
-# dependencies is the one go vet reads, so vet after it only analyses.
+# test, each builds its own. It is built as the Dockerfile builds it
+# (CGO_ENABLED=0 -trimpath; no package of this module uses cgo), so the
+# tests run the binary the image ships, and its compile of every package is
+# the one deploy's TestDockerBuildCommand and go vet reuse from the build
+# cache: with -trimpath the cache does not key on the source directory, so
+# the test's copy of the build context hits it too.
+BUILD_ENV=(env CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -buildvcs=false")
 needs_bin=0
 for p in "${PKGS[@]}"; do
 	case "$p" in
@@ -427,7 +432,7 @@ if [ "$needs_bin" -eq 1 ] && [ -z "${ADCLICK_TEST_BINARY:-}" ]; then
 	step "go build ./cmd/adclick (one binary for the tests that run it)"
 	t0=$SECONDS
 	mkdir -p "$TMP/bin"
-	go build -o "$TMP/bin/adclick" ./cmd/adclick
+	"${BUILD_ENV[@]}" go build -trimpath -o "$TMP/bin/adclick" ./cmd/adclick
 	export ADCLICK_TEST_BINARY="$TMP/bin/adclick"
 	info "built in $((SECONDS - t0))s"
 fi
@@ -438,7 +443,7 @@ fi
 VET_PID=""
 if [ "${ADCLICK_TEST_NO_VET:-0}" != 1 ]; then
 	step "go vet -tags integration ${PKGS[*]} (in the background, output in $TMP/vet.log)"
-	go vet -tags integration "${PKGS[@]}" >"$TMP/vet.log" 2>&1 &
+	"${BUILD_ENV[@]}" go vet -trimpath -tags integration "${PKGS[@]}" >"$TMP/vet.log" 2>&1 &
 	VET_PID=$!
 fi
 
