@@ -23,7 +23,9 @@
 #
 # Environment:
 #   ADCLICK_TEST_KEEP=1        keep the temporary folder (logs, S3 data)
-#   ADCLICK_TEST_NO_VET=1      skip go vet
+#   ADCLICK_TEST_NO_VET=1      skip go vet (it runs beside go test)
+#   ADCLICK_TEST_BINARY=PATH   a prebuilt adclick for the tests that run
+#                              it (default: built once by this script)
 #   ADCLICK_TEST_NO_BENCH=1    skip the short stage benchmarks after a full run
 #   ADCLICK_TEST_READY_SECS=N  readiness timeout per server (default 60)
 #
@@ -96,6 +98,7 @@ TMP=""
 PIDS=()   # server PIDs; each is the leader of its own process group
 NAMES=()
 WAITER="" # the sleep of --servers-only
+VET_PID="" # the background go vet
 SERVING=0 # 1 while --servers-only waits for Ctrl-C
 KEEP_TMP="${ADCLICK_TEST_KEEP:-0}"
 
@@ -133,6 +136,10 @@ on_exit() {
 	local rc=$?
 	trap - EXIT INT TERM HUP
 	set +e
+	if [ -n "$VET_PID" ]; then
+		kill "$VET_PID" 2>/dev/null
+		wait "$VET_PID" 2>/dev/null
+	fi
 	stop_servers
 	if [ -n "$TMP" ] && [ -d "$TMP" ]; then
 		if [ "$rc" -ne 0 ] || [ "$KEEP_TMP" = 1 ]; then
@@ -406,9 +413,38 @@ node "$CFN_DIR/selftest.js" || die "the CloudFormation validator's self-test fai
 node "$CFN_DIR/validate.js" "$ROOT/deploy/cloudformation/adclick.yaml" ||
 	die "deploy/cloudformation/adclick.yaml does not match the AWS resource specification"
 
+# The packages that run the adclick binary (cmd/adclick, deploy, runbooks)
+# share one build of it, named by ADCLICK_TEST_BINARY; run alone with go
+# test, each builds its own. It is built as the Dockerfile builds it
+# (CGO_ENABLED=0 -trimpath; no package of this module uses cgo), so the
+# tests run the binary the image ships, and its compile of every package is
+# the one deploy's TestDockerBuildCommand and go vet reuse from the build
+# cache: with -trimpath the cache does not key on the source directory, so
+# the test's copy of the build context hits it too.
+BUILD_ENV=(env CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -buildvcs=false")
+needs_bin=0
+for p in "${PKGS[@]}"; do
+	case "$p" in
+	./... | . | "$MODULE" | "$MODULE"/... | *cmd/adclick* | *deploy* | *runbooks* | ./cmd/... | ./cmd) needs_bin=1 ;;
+	esac
+done
+if [ "$needs_bin" -eq 1 ] && [ -z "${ADCLICK_TEST_BINARY:-}" ]; then
+	step "go build ./cmd/adclick (one binary for the tests that run it)"
+	t0=$SECONDS
+	mkdir -p "$TMP/bin"
+	"${BUILD_ENV[@]}" go build -trimpath -o "$TMP/bin/adclick" ./cmd/adclick
+	export ADCLICK_TEST_BINARY="$TMP/bin/adclick"
+	info "built in $((SECONDS - t0))s"
+fi
+
+# go vet runs beside go test (the test binaries build and wait on servers
+# meanwhile); its output is shown after the tests, and a finding fails the
+# run as before.
+VET_PID=""
 if [ "${ADCLICK_TEST_NO_VET:-0}" != 1 ]; then
-	step "go vet -tags integration ${PKGS[*]}"
-	go vet -tags integration "${PKGS[@]}"
+	step "go vet -tags integration ${PKGS[*]} (in the background, output in $TMP/vet.log)"
+	"${BUILD_ENV[@]}" go vet -trimpath -tags integration "${PKGS[@]}" >"$TMP/vet.log" 2>&1 &
+	VET_PID=$!
 fi
 
 step "go test -race -tags integration -timeout 40m ${GO_ARGS[*]}"
@@ -416,6 +452,20 @@ t0=$SECONDS
 rc=0
 go test -race -tags integration -timeout 40m "${GO_ARGS[@]}" || rc=$?
 step "go test exited with $rc after $((SECONDS - t0))s"
+
+if [ -n "$VET_PID" ]; then
+	vet_rc=0
+	wait "$VET_PID" || vet_rc=$?
+	VET_PID=""
+	# stderr: with -json, stdout stays go test's stream alone.
+	cat "$TMP/vet.log" >&2
+	if [ "$vet_rc" -ne 0 ]; then
+		printf 'test.sh: go vet -tags integration %s failed (exit %d)\n' "${PKGS[*]}" "$vet_rc" >&2
+		[ "$rc" -eq 0 ] && rc=$vet_rc
+	else
+		info "go vet passed"
+	fi
+fi
 
 # A short run of each stage's benchmarks (no -race), so a regression shows
 # in the log; BENCHMARKS.md has the full measurement and its command.

@@ -21,6 +21,7 @@ import (
 // Valkey sinks (dynalite and redis-server started by the test command):
 // the same invariants, plus Valkey's totals agree with the rows.
 func TestCrashAnywhereAWS(t *testing.T) {
+	t.Parallel() // its own temp dir, stream, table and prefix
 	testenv.DynamoDB(t)
 	vaddr := testenv.Valkey(t)
 	dir := t.TempDir()

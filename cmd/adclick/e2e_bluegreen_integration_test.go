@@ -34,6 +34,7 @@ import (
 // leaves values that only the sweep removes depends on timing (v2 usually
 // overwrites them), so the sweep's report is logged, not asserted.
 func TestBlueGreenSweep(t *testing.T) {
+	t.Parallel() // its own temp dir, stream, table and prefix
 	for _, tc := range []struct {
 		name   string
 		v1, v2 []string

@@ -224,6 +224,7 @@ func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 // sum of its minutes, no minute above its truth; the running totals in
 // Valkey equal the rows.
 func TestFleetEndToEnd(t *testing.T) {
+	t.Parallel() // its own temp dir, stream, table and prefix
 	testenv.Kinesis(t)
 	testenv.DynamoDB(t)
 	testenv.S3(t)

@@ -662,6 +662,7 @@ func smallTrace(seed uint64, minutes int) []traceClick {
 // replay judges the planted clicks late whatever it knows about the quiet
 // shard.
 func TestSparseAdCrashes(t *testing.T) {
+	t.Parallel() // its own temp dir
 	minutes := 24
 	if testing.Short() {
 		minutes = 7
@@ -731,6 +732,7 @@ type exhaustiveChain struct {
 // next checkpoint); together they crash after every 5th record.
 // ADCLICK_SOAK=1 crashes after every record, in both chains.
 func TestExhaustiveSmallTraceCrashes(t *testing.T) {
+	t.Parallel() // its own temp dir
 	minutes := 6
 	chains := []exhaustiveChain{{10, 10, "2", "17000"}, {5, 10, "1", "23000"}}
 	switch {

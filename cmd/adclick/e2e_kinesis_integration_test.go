@@ -19,6 +19,7 @@ import (
 // test; then the same with crashes mid-stream, each restart resuming from
 // the checkpointed sequence numbers.
 func TestKinesisEndToEnd(t *testing.T) {
+	t.Parallel() // its own temp dir, stream, table and prefix
 	testenv.Kinesis(t)
 	testenv.DynamoDB(t)
 	vaddr := testenv.Valkey(t)

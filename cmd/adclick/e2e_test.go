@@ -20,7 +20,20 @@ import (
 
 var binPath string
 
+// TestMain builds the binary, or takes the one ADCLICK_TEST_BINARY names
+// (scripts/test.sh builds it once for this package, deploy and runbooks).
+//
+// The slowest tests (the crash campaigns, the Kinesis, fleet and blue-green
+// runs) call t.Parallel: each has its own data dirs, stream, table and
+// Valkey prefix, and spends most of its time waiting on the binary and the
+// servers, so two run at once (-parallel defaults to GOMAXPROCS). They
+// start after every sequential test, so t.Setenv elsewhere cannot reach
+// them.
 func TestMain(m *testing.M) {
+	if p := os.Getenv("ADCLICK_TEST_BINARY"); p != "" {
+		binPath = p
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "adclick-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -353,6 +366,7 @@ func TestSparseReplayIsExact(t *testing.T) {
 }
 
 func TestCrashAnywhere(t *testing.T) {
+	t.Parallel() // its own temp dir
 	points := 50
 	if testing.Short() {
 		points = 8
