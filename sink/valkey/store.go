@@ -178,18 +178,20 @@ redis.call('DEL', KEYS[1])
 return 1
 `
 
-// script is a Lua script sent with EVALSHA in pipelines, and loaded with
-// valkey-go's script helper (SCRIPT LOAD on every node, then EVALSHA) for
-// the commands a server answered NOSCRIPT (a restarted or new server, a
-// SCRIPT FLUSH, a node added to a cluster).
+// script is a Lua script sent with EVALSHA in pipelines, and with EVAL
+// (which also caches it on the node) for the commands a server answered
+// NOSCRIPT (a restarted or new server, a SCRIPT FLUSH, a node added to a
+// cluster). valkey-go's script helper does the same one command at a time
+// (Lua.Exec), or loads the script on every node before each pipeline
+// (Lua.ExecMulti, a round trip more per call, outside the store's retry of
+// stale connections), so the store builds the commands itself.
 type script struct {
-	lua *valkey.Lua
-	sha string
+	src, sha string
 }
 
 func newScript(src string) script {
 	sum := sha1.Sum([]byte(src))
-	return script{lua: valkey.NewLuaScript(src), sha: hex.EncodeToString(sum[:])}
+	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
 var (
@@ -289,8 +291,8 @@ func (s *Store) SetTotalsFenced(ctx context.Context, ts []sink.Total, tok sink.T
 // eval runs sc once for each of execs, pipelined in one round trip of
 // EVALSHA (roundTrip: bounded by Options.Timeout, sent again after a stale
 // connection, which is safe since both scripts give the same result when
-// applied twice). The executions a server answered NOSCRIPT go again
-// through the script helper, which loads the script on every node first.
+// applied twice). The executions a server answered NOSCRIPT go again, in
+// one round trip of EVAL.
 // done[i] reports whether execs[i] wrote (reply 1) rather than refused
 // (reply 0).
 func (s *Store) eval(ctx context.Context, op string, sc script, execs []valkey.LuaExec) (done []bool, err error) {
@@ -309,18 +311,14 @@ func (s *Store) eval(ctx context.Context, op string, sc script, execs []valkey.L
 		}
 	}
 	if len(again) > 0 {
-		retry := make([]valkey.LuaExec, len(again))
+		retry := make(valkey.Commands, len(again))
 		for j, i := range again {
-			retry[j] = execs[i]
+			e := execs[i]
+			retry[j] = s.c.B().Eval().Script(sc.src).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
 		}
-		rctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		res2 := sc.lua.ExecMulti(rctx, s.c, retry...)
-		cancel()
-		for _, r := range res2 {
-			if e := r.Error(); e != nil {
-				s.note(ctx, op, e)
-				return nil, e
-			}
+		res2, err := s.roundTrip(ctx, op, retry)
+		if err != nil {
+			return nil, err
 		}
 		for j, i := range again {
 			res[i] = res2[j]

@@ -159,8 +159,8 @@ func TestLayout(t *testing.T) {
 		fields map[string]string
 		ttl    time.Duration
 	}{
-		{p + ":m:{ad_7}:2026-11-29T10:14Z", map[string]string{"valid": "5", "spend_micros": "1500000", "ckpt": "41"}, minTTL},
-		{p + ":h:{ad_7}:2026-11-29T10Z", map[string]string{"valid": "812", "spend_micros": "9", "ckpt": "42"}, hourTTL},
+		{p + ":m:{ad_7}:2026-11-29T10:14Z", map[string]string{"valid": "5", "spend_micros": "1500000", "ckpt": "41", "gen": "0", "fence": "0"}, minTTL},
+		{p + ":h:{ad_7}:2026-11-29T10Z", map[string]string{"valid": "812", "spend_micros": "9", "ckpt": "42", "gen": "0", "fence": "0"}, hourTTL},
 	} {
 		got, err := raw.Do(ctx, raw.B().Hgetall().Key(tc.key).Build()).AsStrMap()
 		if err != nil {
