@@ -156,7 +156,7 @@ type Clock interface {
 
 // SystemClock returns the process's clocks: Now is the time elapsed since
 // the call, on Go's monotonic clock or on the boot-time clock
-// (clock.Boot), whichever has advanced more; Wall is time.Now. Go's
+// (bootClock), whichever has advanced more; Wall is time.Now. Go's
 // monotonic clock stops while a Linux machine is suspended (a paused VM,
 // a laptop's lid): timed by it alone, a holder resumed after a suspend
 // longer than the lease would find its lease still valid and write,
@@ -164,7 +164,7 @@ type Clock interface {
 // counts the suspend, so the holder's Check fails at once.
 func SystemClock() Clock {
 	origin := time.Now()
-	return newSystemClock(func() time.Duration { return time.Since(origin) }, clock.Boot)
+	return newSystemClock(func() time.Duration { return time.Since(origin) }, bootClock)
 }
 
 // newSystemClock returns the clock whose Now is the larger advance of

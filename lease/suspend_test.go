@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/adclick/adclick/clock"
 )
 
 // suspendable stands for the machine's two clocks: mono stops while the
@@ -83,7 +82,7 @@ func TestSystemClockRises(t *testing.T) {
 	if b < a+2*time.Millisecond {
 		t.Errorf("Now: %v then %v after sleeping 2ms, want at least 2ms more", a, b)
 	}
-	if _, ok := clock.Boot(); !ok && runtime.GOOS == "linux" {
-		t.Error("clock.Boot: no boot-time clock on this machine")
+	if _, ok := bootClock(); !ok && runtime.GOOS == "linux" {
+		t.Error("bootClock: no boot-time clock on this machine")
 	}
 }

@@ -1,4 +1,4 @@
-package clock
+package lease
 
 import (
 	"time"
@@ -6,12 +6,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Boot returns the time since the machine booted, suspends included
+// bootClock returns the time since the machine booted, suspends included
 // (CLOCK_BOOTTIME), and true; false if the clock cannot be read. Unlike
 // Go's monotonic clock (CLOCK_MONOTONIC on Linux), it does not stop while
 // the machine is suspended, so a lease timed by it lapses during a
 // suspend as it does for every other machine.
-func Boot() (time.Duration, bool) {
+func bootClock() (time.Duration, bool) {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
 		return 0, false
