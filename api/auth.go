@@ -102,17 +102,14 @@ func (s *Server) requireAdmin(next http.Handler) http.Handler {
 //   - a Sec-Fetch-Site header must be same-origin or none (typed by the
 //     user); same-site is refused too, since another port of the same host
 //     is another origin;
-//   - on a server listening on loopback only, the Host must be a loopback
-//     name or address, so that a page whose name was rebound to 127.0.0.1
-//     (DNS rebinding) is not taken for the same origin.
+//
+// A page whose name was rebound to this server's address (DNS rebinding)
+// is the same origin to its browser; the server's HostPolicy, in front of
+// every route, refuses its Host before this check.
 //
 // Clients that are not browsers (adclick, curl) send none of these
-// headers, or a loopback Host, and pass.
+// headers and pass.
 func (s *Server) checkOrigin(r *http.Request) *apiError {
-	if s.loopback && !IsLoopback(r.Host) {
-		return errorf(http.StatusForbidden, codeForbidden,
-			"operator request refused: this server listens on loopback only, and Host %q is not a loopback name or address", r.Host)
-	}
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
 		return errorf(http.StatusForbidden, codeForbidden, "operator request refused: sent by a page of another origin (Sec-Fetch-Site %s)", site)
 	}

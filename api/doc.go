@@ -40,10 +40,13 @@
 // (adclick run generates one under --data), and New refuses a server
 // beyond loopback without one. They also refuse what a browser sends for
 // a page of another origin (an Origin other than the server,
-// Sec-Fetch-Site cross-site or same-site, and on a loopback server a Host
-// that is not loopback, against DNS rebinding) and request bodies that
-// are not application/json (415). Tokens are compared in constant time
-// and never logged.
+// Sec-Fetch-Site cross-site or same-site) and request bodies that are not
+// application/json (415). Tokens are compared in constant time and never
+// logged.
+//
+// Every endpoint, in front of everything else, refuses with 421 a Host
+// the server does not answer (HostPolicy, against DNS rebinding): a
+// loopback server answers loopback Hosts and Options.AllowedHosts only.
 //
 // Read endpoints are open unless Options.ReadToken is set. Errors are
 // {"error": {"code", "message"}} with a 4xx status for bad input (bad_time,

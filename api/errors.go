@@ -17,6 +17,7 @@ const (
 	codeMethodNotAllowed = "method_not_allowed"
 	codeUnauthorized     = "unauthorized"
 	codeForbidden        = "forbidden"
+	codeMisdirected      = "misdirected_request"
 	codeTooLarge         = "body_too_large"
 	codeUnsupportedMedia = "unsupported_media_type"
 	codeConflict         = "conflict"

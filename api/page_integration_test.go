@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"html"
 	"image/png"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -374,6 +375,77 @@ func TestCrossOriginOperatorRequestsInChromium(t *testing.T) {
 			defer f.mu.Unlock()
 			if f.spTaken != 0 || len(f.stops) != 0 {
 				t.Errorf("a page of another origin took %d savepoints and stopped the job %d times, want none", f.spTaken, len(f.stops))
+			}
+		})
+	}
+}
+
+// rebindPage reads the job's API as a page can once its own name resolves
+// to the job's machine (DNS rebinding): same-origin fetches, whose answers
+// the page may read, and puts what it got into the DOM.
+const rebindPage = `<!doctype html><html><body><pre id="out"></pre>
+<script>
+"use strict";
+var paths = ["/v1/status", "/v1/hours/2026-11-29T10Z", "/metrics", "/healthz"];
+Promise.all(paths.map(function (p) {
+  return fetch(p).then(function (r) {
+    return r.text().then(function (t) { return {code: r.status, text: t}; });
+  }, function (e) { return {code: "error " + e, text: ""}; });
+})).then(function (rs) {
+  document.getElementById("out").textContent = rs.map(function (r) { return r.text; }).join("\n");
+  document.body.dataset.codes = rs.map(function (r) { return r.code; }).join(",");
+});
+</script></body></html>`
+
+// TestDNSRebindingInChromium loads a page from rebind.example, which
+// Chromium resolves to 127.0.0.1 (--host-resolver-rules), on the port of
+// a loopback job API; the page stands for the attacker's page served
+// before its name was rebound, so its fetches are same-origin to the
+// browser. Every one must be refused (421) and the page must read nothing
+// of the job. The same page loaded by a loopback name is answered, so the
+// refusal is the Host's doing.
+func TestDNSRebindingInChromium(t *testing.T) {
+	needChromium(t)
+	f := newFakeJob(t)
+	ts := httptest.NewUnstartedServer(nil)
+	s, err := New(f, Options{Addr: ts.Listener.Addr().String(), AdminToken: adminTok, SampleEvery: -1, Gatherer: fakeJobRegistry(7200, 225)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ts.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/rebind.html" { // the attacker's page, whatever the Host
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.Write([]byte(rebindPage))
+			return
+		}
+		s.ServeHTTP(w, r)
+	})
+	ts.Start()
+	defer ts.Close()
+	port := ts.Listener.Addr().(*net.TCPAddr).Port
+	for _, c := range []struct {
+		name, host, codes string
+		readsJob          bool
+	}{
+		{"rebound name", "rebind.example", "421,421,421,421", false},
+		{"loopback name", "localhost", "200,200,200,200", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			url := fmt.Sprintf("http://%s:%d/rebind.html", c.host, port)
+			dom := string(chromium(t, t.TempDir(), "--host-resolver-rules=MAP rebind.example 127.0.0.1",
+				"--virtual-time-budget=10000", "--dump-dom", url))
+			m := regexp.MustCompile(`data-codes="([^"]*)"`).FindStringSubmatch(dom)
+			if m == nil {
+				t.Fatalf("the page at %s did not run to its end:\n%s", url, dom)
+			}
+			if m[1] != c.codes {
+				t.Errorf("page at %s: answers %s, want %s", url, m[1], c.codes)
+			}
+			// What only the job's answers hold: its job_gen, a metric.
+			read := strings.Contains(dom, `"job_gen": 7`) || strings.Contains(dom, "adclick_")
+			if read != c.readsJob {
+				t.Errorf("page at %s read the job's status or metrics: got %v, want %v\n%.3000s", url, read, c.readsJob, dom)
 			}
 		})
 	}

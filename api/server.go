@@ -93,6 +93,13 @@ type Options struct {
 	ReadToken string
 	// NoOperator turns the operator endpoints off; they answer 403.
 	NoOperator bool
+	// AllowedHosts are the Host names (or IP addresses; ".example.com" for
+	// a domain and its subdomains) the server answers besides loopback
+	// ones, on every endpoint (see HostPolicy): on a loopback Addr any
+	// other Host gets 421, and on another Addr a non-empty list is the
+	// only Hosts answered. Default none: a loopback server answers only
+	// loopback Hosts, another server any Host.
+	AllowedHosts []string
 	// Registerer receives the server's HTTP metrics; nil = not registered.
 	Registerer prometheus.Registerer
 	// Gatherer is served at /metrics; nil = no /metrics endpoint.
@@ -230,9 +237,8 @@ type Server struct {
 	hist  *history
 	top   topCache
 	ckpts *ckptLog
-	// loopback: the server listens on loopback only (Options.Addr), so an
-	// operator request must name a loopback Host.
-	loopback bool
+	// hosts decides which Host headers are answered (DNS rebinding).
+	hosts *HostPolicy
 
 	conns   *connLimit
 	errLog  *rateLog // the http.Server's ErrorLog
@@ -253,12 +259,16 @@ func New(job Job, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	hosts, err := NewHostPolicy(opts.Addr, opts.AllowedHosts)
+	if err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{job: job, opts: opts, m: m, hist: newHistory(opts.HistorySize), ckpts: newCkptLog(ckptLogSize),
-		loopback: IsLoopback(opts.Addr)}
+		hosts: hosts}
 	s.conns = newConnLimit(opts.MaxConnections, m)
 	s.errLog = newRateLog(opts.Logger, opts.Clock, "http server error", m.serverErrors)
 	s.connLog = newRateLog(opts.Logger, opts.Clock, "http connection refused: connection cap reached, no connection idle", nil)
@@ -330,7 +340,7 @@ var allRoutes = []string{routePage, routeHealth, routeReady, routeMetrics, route
 
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(s.instrument)
+	r.Use(s.instrument, s.hosts.Wrap)
 	r.Get(routePage, s.page)
 	r.Get(routeHealth, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/adclick/adclick/api"
 	"github.com/adclick/adclick/fleet"
 	"github.com/adclick/adclick/ingest/source"
 	"github.com/adclick/adclick/lease"
@@ -37,6 +38,9 @@ type fleetArgs struct {
 	checkpoints string // s3://BUCKET/PREFIX: each range under <prefix>/<range>
 	lake        string // s3://BUCKET/PREFIX, shared by every range
 	listen      string
+	// allowedHosts are the Hosts the worker's HTTP server answers besides
+	// loopback ones (api.HostPolicy).
+	allowedHosts []string
 	// openSource returns the source opener of range r (an EFO consumer of
 	// its own per range).
 	openSource func(r windowing.KeyGroups) source.Open
@@ -146,7 +150,12 @@ func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlag
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", a.listen, err)
 		}
-		srv := &http.Server{Handler: fleetHandler(f, a, reg), ReadHeaderTimeout: 10 * time.Second}
+		h, err := fleetServer(f, a, reg, ln.Addr().String())
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		go srv.Serve(ln)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -185,6 +194,18 @@ func scopedSinks(rows sink.Rows, totals sink.Totals, scope string) (sink.Rows, s
 		}
 	}
 	return rows, totals, nil
+}
+
+// fleetServer returns the handler of a worker's HTTP server listening on
+// addr: fleetHandler behind the Host rule of adclick run's API
+// (api.HostPolicy), so a page rebound to the worker's address reads
+// nothing.
+func fleetServer(f *fleet.Fleet, a fleetArgs, reg *prometheus.Registry, addr string) (http.Handler, error) {
+	hosts, err := api.NewHostPolicy(addr, a.allowedHosts)
+	if err != nil {
+		return nil, err
+	}
+	return hosts.Wrap(fleetHandler(f, a, reg)), nil
 }
 
 // fleetStatus is GET /v1/status of a fleet worker.

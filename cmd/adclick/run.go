@@ -86,6 +86,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the HTTP API (empty = no HTTP server)")
 	adminToken := fs.String("admin-token", "", "bearer token of the operator endpoints (savepoints, sweeps, stop); default: the one in <--data>/admin-token, generated on the first start (mode 0600)")
 	readToken := fs.String("read-token", "", "if set, the read endpoints need this bearer token (or the admin token)")
+	allowedHosts := fs.String("allowed-hosts", "", "comma-separated Host names (or IP addresses; .DOMAIN for a domain and its subdomains) the HTTP API answers besides localhost, 127.0.0.0/8 and ::1, on every endpoint: on a loopback --listen any other Host gets 421 (a page whose name was pointed at this machine, DNS rebinding, cannot read the API); on another --listen, if set, only these and loopback Hosts are answered (default: any)")
 	maxConns := fs.Int("max-connections", api.DefaultMaxConnections, "most HTTP API connections open at once: at the cap a new connection replaces the longest-idle keep-alive one, or is closed at once when none is idle (negative = no cap)")
 	fs.IntVar(&cfg.Parallelism, "parallelism", 0, "pre-aggregator and window subtasks (default: number of CPUs, at most 128)")
 	lakeURL := fs.String("lake", "", "keep the lake (every click with its verdict, Parquet) in s3://BUCKET/PREFIX instead of under --data/lake")
@@ -153,6 +154,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		"preagg-flush-ms", "early-firing-ms", "checkpoint-interval-ms", "checkpoint-timeout-ms", "checkpoints-kept", "job-gen", "max-connections", "lease-ms", "sink-outage-ms", "dedup-memory-mb", "kinesis-call-interval-ms"); err != nil {
 		return err
 	}
+	hosts := strings.Split(*allowedHosts, ",") // blanks are skipped
+	if _, err := api.NewHostPolicy(*listen, hosts); err != nil {
+		return usageError{fmt.Errorf("--allowed-hosts: %w", err)}
+	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)
 	if err != nil {
 		return err
@@ -199,7 +204,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Crash = func() { os.Exit(137) }
 	if *fleetMode {
 		fa := fleetArgs{workerID: *workerID, slots: *maxWorkers, leaseTable: *leaseTable, job: *jobName, leaseMs: *leaseMs,
-			checkpoints: *checkpointsURL, lake: *lakeURL, listen: *listen, openSource: rangeSource}
+			checkpoints: *checkpointsURL, lake: *lakeURL, listen: *listen, allowedHosts: hosts, openSource: rangeSource}
 		if err := checkFleet(fa, &sf, &cfg, *exitAfterRestore); err != nil {
 			return err
 		}
@@ -306,7 +311,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", *listen, err)
 		}
-		h, err := api.New(job, api.Options{Addr: ln.Addr().String(), AdminToken: *adminToken, ReadToken: *readToken,
+		h, err := api.New(job, api.Options{Addr: ln.Addr().String(), AdminToken: *adminToken, ReadToken: *readToken, AllowedHosts: hosts,
 			Registerer: reg, Gatherer: reg, Logger: log, MaxConnections: *maxConns})
 		if err != nil {
 			ln.Close()
