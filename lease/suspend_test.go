@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
 )
 
 // suspendable stands for the machine's two clocks: mono stops while the
