@@ -140,20 +140,24 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// setScript writes one total unless the key holds a higher (gen, fence):
-// KEYS[1] the total, ARGV valid, spend_micros, ckpt, gen, fence (decimal,
-// ≥ 0) and the expiry in ms. It returns 1 when it wrote, 0 when it refused.
-// Generations and fences are compared as decimal strings (by length, then
-// bytes), so exactly for every int64, not as Lua's doubles. A total without
-// gen and fence (written before fences) holds the token (0, 0).
-const setScript = `
+// tokenPrelude reads the stored token of KEYS[1] into g and f ('0' when
+// absent) and defines above(a, b), the order of decimal strings.
+const tokenPrelude = `
 local function above(a, b)
   if #a ~= #b then return #a > #b end
   return a > b
 end
 local cur = redis.call('HMGET', KEYS[1], 'gen', 'fence')
 local g, f = cur[1] or '0', cur[2] or '0'
-if above(g, ARGV[4]) or (g == ARGV[4] and above(f, ARGV[5])) then
+`
+
+// setScript writes one total unless the key holds a higher (gen, fence):
+// KEYS[1] the total, ARGV valid, spend_micros, ckpt, gen, fence (decimal,
+// ≥ 0) and the expiry in ms. It returns 1 when it wrote, 0 when it refused.
+// Generations and fences are compared as decimal strings (by length, then
+// bytes), so exactly for every int64, not as Lua's doubles. A total without
+// gen and fence (written before fences) holds the token (0, 0).
+const setScript = tokenPrelude + `if above(g, ARGV[4]) or (g == ARGV[4] and above(f, ARGV[5])) then
   return 0
 end
 redis.call('HSET', KEYS[1], 'valid', ARGV[1], 'spend_micros', ARGV[2], 'ckpt', ARGV[3], 'gen', ARGV[4], 'fence', ARGV[5])
@@ -164,14 +168,7 @@ return 1
 // delScript deletes one total unless it holds a higher (gen, fence):
 // KEYS[1] the total, ARGV gen and fence. It returns 1 when the key is gone
 // (deleted, or missing), 0 when it refused.
-const delScript = `
-local function above(a, b)
-  if #a ~= #b then return #a > #b end
-  return a > b
-end
-local cur = redis.call('HMGET', KEYS[1], 'gen', 'fence')
-local g, f = cur[1] or '0', cur[2] or '0'
-if above(g, ARGV[1]) or (g == ARGV[1] and above(f, ARGV[2])) then
+const delScript = tokenPrelude + `if above(g, ARGV[1]) or (g == ARGV[1] and above(f, ARGV[2])) then
   return 0
 end
 redis.call('DEL', KEYS[1])
