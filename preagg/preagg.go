@@ -203,6 +203,21 @@ func (p *PreAgg) Judge() int64 { return max(p.floor, p.wm) }
 // Watermark returns the latest watermark received.
 func (p *PreAgg) CurrentWatermark() int64 { return p.wm }
 
+// ArrivalJudge is the least judge a click that arrived at arrivalMs meets:
+// the watermark its own arrival would make if it were the newest click
+// (arrival − allowance − 1). The horizon is checked against the larger of
+// it and the watermark, so a click is judged by when it arrived even on a
+// shard whose watermark lags; the recount judges with it alone, and
+// adclick put warns with it, the put's time standing in for the arrival.
+func ArrivalJudge(arrivalMs, allowanceMs int64) int64 { return arrivalMs - allowanceMs - 1 }
+
+// PastHorizon reports whether a click of that impression is beyond the
+// acceptance horizon for judge (impression < judge − horizon): the one rule
+// of the stream, the recount and put's warning.
+func PastHorizon(impressionMs, judge, horizonMs int64) bool {
+	return judge != eventtime.NoWatermark && impressionMs < judge-horizonMs
+}
+
 // Floor returns the restored floor (NoWatermark when none).
 func (p *PreAgg) Floor() int64 { return p.floor }
 
@@ -238,9 +253,9 @@ func (p *PreAgg) Add(c *ingest.Click, kg int) (Verdict, error) {
 	judge := p.Judge()
 	hj := judge
 	if c.ArrivalMs > 0 {
-		hj = max(hj, c.ArrivalMs-p.o.AllowanceMs-1)
+		hj = max(hj, ArrivalJudge(c.ArrivalMs, p.o.AllowanceMs))
 	}
-	if hj != eventtime.NoWatermark && c.ImpressionMs < hj-p.o.HorizonMs {
+	if PastHorizon(c.ImpressionMs, hj, p.o.HorizonMs) {
 		p.stats.BeyondHorizon++
 		return BeyondHorizon, nil
 	}

@@ -68,8 +68,7 @@ func (j *Judge) decide(c *ingest.Click, arrivalMs int64) (Outcome, ingest.Reason
 	if reason != "" {
 		return Invalid, reason
 	}
-	judge := c.ArrivalMs - *j.AllowanceMs - 1
-	if c.ImpressionMs < judge-j.HorizonMs {
+	if preagg.PastHorizon(c.ImpressionMs, preagg.ArrivalJudge(c.ArrivalMs, *j.AllowanceMs), j.HorizonMs) {
 		return BeyondHorizon, ""
 	}
 	return Accepted, ""

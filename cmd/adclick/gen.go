@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/adclick/adclick/preagg"
 	"io"
 	"os"
 	"strconv"
@@ -21,8 +20,8 @@ By default (--start-ms now) the trace ends now: its first click arrives
 clicks/rate seconds ago, its last about now. So a trace put into a stream
 right away is counted and recounted like live traffic: no impression lies
 after its arrival in the stream, and only the heavy tail is beyond the
-horizon (a click whose impression is more than the horizon, 2 h, before its
-arrival is rejected). The same flags with an explicit --start-ms (Unix ms)
+horizon (a click whose impression is more than the horizon, 2 h, plus the
+allowance before its arrival is rejected, by the job and the recount). The same flags with an explicit --start-ms (Unix ms)
 give the same file: use one for a reproducible trace.`
 
 // startMs is the --start-ms flag: "now" (the trace ends at the current
@@ -72,7 +71,8 @@ func cmdGen(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	out := fs.String("out", "-", "output file (- = standard output)")
 	to := fs.String("to", "", "put the trace into kinesis:STREAM instead of writing a file")
 	aggregate := fs.Bool("aggregate", false, "with --to: KPL-aggregate the records")
-	horizonMs := fs.Int64("horizon-ms", preagg.DefaultHorizonMs, "with --to: the job's acceptance horizon, ms, for the warning about clicks the job will reject")
+	var hz horizonFlags
+	hz.register(fs, "with --to: ")
 	start := startMs{now: true}
 	fs.Var(&start, "start-ms", "arrival time of the first click, Unix ms (1795946400000 is 2026-11-29T10:00:00Z), for a reproducible trace; now = the trace ends at the current time")
 	genFlags(fs, &o, "")
@@ -90,7 +90,7 @@ func cmdGen(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		g := ingest.NewGen(o)
 		bar := newProgress(stderr, o.Clicks, "gen: put into "+stream, "clicks")
-		n, old, err := putLines(ctx, stream, *aggregate, *horizonMs, func(fn func([]byte) error) error {
+		n, old, err := putLines(ctx, stream, *aggregate, hz, func(fn func([]byte) error) error {
 			var buf []byte
 			for ctx.Err() == nil {
 				line, _, ok := g.Next(buf[:0])
@@ -106,7 +106,7 @@ func cmdGen(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return ctx.Err()
 		})
 		bar.finish()
-		warnOld(stderr, "gen", old, *horizonMs)
+		warnOld(stderr, "gen", old, hz)
 		if err != nil {
 			return err
 		}

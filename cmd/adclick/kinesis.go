@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
-	"github.com/adclick/adclick/preagg"
 	"io"
 	"os"
 	"strconv"
@@ -14,7 +14,9 @@ import (
 
 	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
 
+	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kinesis"
+	"github.com/adclick/adclick/preagg"
 )
 
 // newKinesisClient returns a Kinesis client with the SDK's retries off:
@@ -85,18 +87,20 @@ with --aggregate, for the KPL framing) is reported by its line number and
 skipped; the rest is sent, and the command then exits 1. If a put fails, the
 error says how many records were confirmed written, through which line.
 
-Clicks whose impression is more than --horizon-ms before now are counted by
-the stream (by event time) but rejected by the recount (arrival minus
-impression beyond the horizon), so they are never billed: put warns on
-stderr with their number. A trace from adclick gen with its default
---start-ms now has none but its heavy tail.`
+Clicks whose impression is more than --horizon-ms (plus the job's
+--allowance-ms) before they are put are rejected by the job as
+beyond_horizon (it judges the horizon against the time Kinesis stamps a
+record), and by the recount alike, so they are never counted or billed:
+put warns on stderr with their number. A trace from adclick gen with its
+default --start-ms now has none but its heavy tail.`
 
 func cmdPut(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("put", putSummary, stderr)
 	from := fs.String("from", "", "click file (JSON Lines, file-source format)")
 	to := fs.String("to", "", "kinesis:STREAM")
 	aggregate := fs.Bool("aggregate", false, "KPL-aggregate the records")
-	horizonMs := fs.Int64("horizon-ms", preagg.DefaultHorizonMs, "the job's acceptance horizon, ms, for the warning about clicks the recount will reject")
+	var hz horizonFlags
+	hz.register(fs, "")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -116,7 +120,7 @@ func cmdPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	p, err := kinesis.NewPutter(ctx, api, stream, kinesis.PutterOptions{Aggregate: *aggregate, HorizonMs: *horizonMs})
+	p, err := kinesis.NewPutter(ctx, api, stream, kinesis.PutterOptions{Aggregate: *aggregate, HorizonMs: hz.horizonMs, AllowanceMs: hz.allowanceMs})
 	if err != nil {
 		return err
 	}
@@ -152,7 +156,7 @@ func cmdPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		err = p.Flush(ctx)
 	}
 	bar.finish()
-	warnOld(stderr, "put", p.Old(), *horizonMs)
+	warnOld(stderr, "put", p.Old(), hz)
 	if err != nil {
 		return p.Failed(err)
 	}
@@ -234,27 +238,37 @@ func eachLine(r io.Reader, limit int, fn func(n int, line []byte, size int) erro
 	}
 }
 
-// warnOld warns on stderr about the clicks the recount will reject.
-func warnOld(stderr io.Writer, cmd string, o kinesis.OldClicks, horizonMs int64) {
+// horizonFlags are the job's acceptance horizon and allowance, with which
+// put and gen --to judge the clicks the job will reject.
+type horizonFlags struct{ horizonMs, allowanceMs int64 }
+
+func (h *horizonFlags) register(fs *flag.FlagSet, usagePrefix string) {
+	fs.Int64Var(&h.horizonMs, "horizon-ms", preagg.DefaultHorizonMs, usagePrefix+"the job's acceptance horizon, ms, for the warning about clicks the job will reject")
+	fs.Int64Var(&h.allowanceMs, "allowance-ms", ingest.DefaultAllowanceMs, usagePrefix+"the job's out-of-orderness allowance, ms, for the same warning")
+}
+
+// warnOld warns on stderr about the clicks the job and the recount will
+// reject as beyond the horizon.
+func warnOld(stderr io.Writer, cmd string, o kinesis.OldClicks, h horizonFlags) {
 	if o.N == 0 {
 		return
 	}
-	fmt.Fprintf(stderr, "adclick %s: warning: %d of %d valid clicks have an impression more than %v before they were put "+
-		"(the oldest %v before, at %s): the stream counts them by event time, but the recount rejects them as beyond the horizon, "+
+	fmt.Fprintf(stderr, "adclick %s: warning: %d of %d valid clicks have an impression more than %v (horizon) + %v (allowance) before they were put "+
+		"(the oldest %v before, at %s): the job logs them as beyond_horizon and counts them nowhere, and the recount rejects them too, "+
 		"so they are never billed; a trace from adclick gen should keep its default --start-ms now\n",
-		cmd, o.N, o.Of, time.Duration(horizonMs)*time.Millisecond, (time.Duration(o.MaxAgeMs) * time.Millisecond).Round(time.Second),
-		time.UnixMilli(o.OldestMs).UTC().Format(time.RFC3339))
+		cmd, o.N, o.Of, time.Duration(h.horizonMs)*time.Millisecond, time.Duration(h.allowanceMs)*time.Millisecond,
+		(time.Duration(o.MaxAgeMs) * time.Millisecond).Round(time.Second), time.UnixMilli(o.OldestMs).UTC().Format(time.RFC3339))
 }
 
 // putLines puts every line of each into the stream (see kinesis.Putter);
 // a line too large for one record is an error. It returns the records
 // written and the clicks older than the horizon among them.
-func putLines(ctx context.Context, stream string, aggregate bool, horizonMs int64, each func(func([]byte) error) error) (int, kinesis.OldClicks, error) {
+func putLines(ctx context.Context, stream string, aggregate bool, h horizonFlags, each func(func([]byte) error) error) (int, kinesis.OldClicks, error) {
 	api, err := newKinesisClient(ctx)
 	if err != nil {
 		return 0, kinesis.OldClicks{}, err
 	}
-	p, err := kinesis.NewPutter(ctx, api, stream, kinesis.PutterOptions{Aggregate: aggregate, HorizonMs: horizonMs})
+	p, err := kinesis.NewPutter(ctx, api, stream, kinesis.PutterOptions{Aggregate: aggregate, HorizonMs: h.horizonMs, AllowanceMs: h.allowanceMs})
 	if err != nil {
 		return 0, kinesis.OldClicks{}, err
 	}

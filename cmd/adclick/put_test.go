@@ -276,8 +276,9 @@ func TestEachLine(t *testing.T) {
 }
 
 // TestPutWarnsAboutClicksBeyondTheHorizon: clicks whose impression is
-// more than the horizon before now are put, but the command warns that the
-// recount will reject them, with their number.
+// more than the horizon (and the allowance) before now are put, but the
+// command warns that the job and the recount will reject them, with their
+// number.
 func TestPutWarnsAboutClicksBeyondTheHorizon(t *testing.T) {
 	fake := kinesistest.NewFake()
 	if _, err := fake.CreateStream(context.Background(), &kinesis.CreateStreamInput{StreamName: aws.String("clicks"), ShardCount: aws.Int32(2)}); err != nil {
@@ -296,8 +297,8 @@ func TestPutWarnsAboutClicksBeyondTheHorizon(t *testing.T) {
 		args []string
 		want string // "" = no warning
 	}{
-		{nil, "adclick put: warning: 3 of 5 valid clicks have an impression more than 2h0m0s before they were put (the oldest 50h0m0s before"},
-		{[]string{"--horizon-ms", "14400000"}, "adclick put: warning: 1 of 5 valid clicks have an impression more than 4h0m0s before"},
+		{nil, "adclick put: warning: 3 of 5 valid clicks have an impression more than 2h0m0s (horizon) + 5s (allowance) before they were put (the oldest 50h0m0s before"},
+		{[]string{"--horizon-ms", "14400000"}, "adclick put: warning: 1 of 5 valid clicks have an impression more than 4h0m0s (horizon) + 5s (allowance) before"},
 		{[]string{"--horizon-ms", "200000000"}, ""},
 	} {
 		var stdout, stderr bytes.Buffer

@@ -9,6 +9,7 @@ import (
 
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kpl"
+	"github.com/adclick/adclick/preagg"
 )
 
 // Service limits of one record.
@@ -51,9 +52,11 @@ func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("kinesis: %d bytes of data plus partition key, more than a Kinesis record holds (%d)", e.Bytes, MaxRecordBytes)
 }
 
-// OldClicks counts the valid clicks a Putter put whose impression was more
-// than the horizon before they were put: the stream counts them by event
-// time, but the recount rejects them as beyond the horizon.
+// OldClicks counts the valid clicks a Putter put that the job will judge
+// beyond the acceptance horizon (preagg.PastHorizon against
+// preagg.ArrivalJudge, the time of the put standing in for the arrival
+// time Kinesis stamps): the stream logs them as beyond_horizon and counts
+// them nowhere, and the recount rejects them too, so they are never billed.
 type OldClicks struct {
 	N        int   // old clicks
 	Of       int   // valid clicks put
@@ -66,8 +69,9 @@ type PutterOptions struct {
 	// Aggregate KPL-aggregates the records, up to 5,000 user records a
 	// batch.
 	Aggregate bool
-	// HorizonMs is the job's acceptance horizon, for OldClicks.
-	HorizonMs int64
+	// HorizonMs and AllowanceMs are the job's acceptance horizon and
+	// out-of-orderness allowance, for OldClicks (zero is a real allowance).
+	HorizonMs, AllowanceMs int64
 	// Now is the clock, read at the start and after each batch, for
 	// OldClicks. Default time.Now.
 	Now func() time.Time
@@ -153,10 +157,10 @@ func (p *Putter) Add(ctx context.Context, line []byte, n int) error {
 	p.batchLast = n
 	if valid {
 		p.old.Of++
-		if age := p.nowMs - p.c.ImpressionMs; age > p.o.HorizonMs {
+		if preagg.PastHorizon(p.c.ImpressionMs, preagg.ArrivalJudge(p.nowMs, p.o.AllowanceMs), p.o.HorizonMs) {
 			p.old.N++
 			if p.old.N == 1 || p.c.ImpressionMs < p.old.OldestMs {
-				p.old.OldestMs, p.old.MaxAgeMs = p.c.ImpressionMs, age
+				p.old.OldestMs, p.old.MaxAgeMs = p.c.ImpressionMs, p.nowMs-p.c.ImpressionMs
 			}
 		}
 	}

@@ -226,27 +226,29 @@ func TestPutterAggregates(t *testing.T) {
 	}
 }
 
-// TestPutterCountsOldClicks: valid clicks whose impression is more than
-// the horizon before now are counted, with the oldest; invalid lines are
-// not clicks.
+// TestPutterCountsOldClicks: valid clicks the job will judge beyond the
+// horizon (impression more than horizon + allowance before now) are
+// counted, with the oldest; invalid lines are not clicks.
 func TestPutterCountsOldClicks(t *testing.T) {
 	now := time.UnixMilli(clickHour + 100*3_600_000)
 	nowMs := now.UnixMilli()
 	f := newStream(t, 1)
-	p := newPutter(t, f, kinesis.PutterOptions{HorizonMs: 7_200_000, Now: func() time.Time { return now }})
+	p := newPutter(t, f, kinesis.PutterOptions{HorizonMs: 7_200_000, AllowanceMs: 5_000, Now: func() time.Time { return now }})
 	for i, l := range []string{
 		testenv.ClickLine("old1", "hot", "s0", nowMs-3*3_600_000, 0),
 		testenv.ClickLine("new1", "hot", "s0", nowMs-60_000, 0),
 		testenv.ClickLine("old2", "hot", "s0", nowMs-50*3_600_000, 0),
 		"not json",
-		testenv.ClickLine("edge", "hot", "s0", nowMs-7_200_000, 0), // exactly the horizon: not old
+		testenv.ClickLine("edge", "hot", "s0", nowMs-7_200_000, 0),   // exactly the horizon: not old
+		testenv.ClickLine("inside", "hot", "s0", nowMs-7_204_000, 0), // past the horizon, within the allowance: counted by the job
+		testenv.ClickLine("edge2", "hot", "s0", nowMs-7_205_001, 0),  // arrival − allowance − 1 − horizon: still counted
 		testenv.ClickLine("old3", "hot", "s0", nowMs-7_300_000, 0),
 	} {
 		if err := p.Add(context.Background(), []byte(l), i+1); err != nil {
 			t.Fatal(err)
 		}
 	}
-	want := kinesis.OldClicks{N: 3, Of: 5, OldestMs: nowMs - 50*3_600_000, MaxAgeMs: 50 * 3_600_000}
+	want := kinesis.OldClicks{N: 3, Of: 7, OldestMs: nowMs - 50*3_600_000, MaxAgeMs: 50 * 3_600_000}
 	if got := p.Old(); got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
