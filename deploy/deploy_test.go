@@ -1549,7 +1549,7 @@ func TestAlarmsUseRealMetrics(t *testing.T) {
 			t.Errorf("an alarm uses %s, which no Go source registers", m)
 		}
 	}
-	for _, want := range []string{"adclick_watermark_lag_seconds", "adclick_kinesis_millis_behind_latest", "adclick_sink_refused_writes_total", "adclick_checkpoints_total", "adclick_valkey_up"} {
+	for _, want := range []string{"adclick_watermark_lag_seconds", "adclick_kinesis_millis_behind_latest", "adclick_sink_refused_writes_total", "adclick_checkpoints_total", "adclick_valkey_up", "adclick_recount_unbalanced_hours"} {
 		if !slices.Contains(used, want) {
 			t.Errorf("no alarm on %s", want)
 		}
