@@ -414,6 +414,33 @@ func (l *Local) prune(keep int) (ckpt.PruneStats, error) {
 	return st, nil
 }
 
+// PinStart implements Store: the first call creates the file (exclusive
+// create, sync, directory sync); later calls read it.
+func (l *Local) PinStart(ctx context.Context, startMs int64) (int64, error) {
+	p := filepath.Join(l.root, startPinFile)
+	if b, err := os.ReadFile(p); err == nil {
+		v, err := parseHigh(b)
+		return v, l.m.fail("pin_start", err)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return 0, l.m.fail("pin_start", fmt.Errorf("ckptstore: read the pinned start: %w", err))
+	}
+	err := writeFileSync(p+".tmp", formatHigh(startMs))
+	if err == nil {
+		err = os.Link(p+".tmp", p) // fails if another start pinned first
+		os.Remove(p + ".tmp")
+		if errors.Is(err, fs.ErrExist) {
+			return l.PinStart(ctx, startMs)
+		}
+	}
+	if err == nil {
+		err = syncDir(l.root)
+	}
+	if err != nil {
+		return 0, l.m.fail("pin_start", fmt.Errorf("ckptstore: pin the start: %w", err))
+	}
+	return startMs, nil
+}
+
 // High implements Store.
 func (l *Local) High(ctx context.Context) (int64, bool, error) {
 	b, err := os.ReadFile(filepath.Join(l.root, "epoch-high"))

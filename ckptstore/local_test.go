@@ -220,3 +220,28 @@ func TestLocalReadFile(t *testing.T) {
 		}
 	}
 }
+
+// TestPinStart: the first PinStart records its time, every later one
+// returns that time, in both stores, and the pin does not touch the
+// epoch high-water mark.
+func TestPinStart(t *testing.T) {
+	c := &clock{}
+	stores := map[string]ckpt.Store{"local": newLocal(t)}
+	if r, err := NewRemote(newFakeS3("b", c.Now), "b", "p", Options{}); err == nil {
+		stores["remote"] = r
+	} else {
+		t.Fatal(err)
+	}
+	for name, s := range stores {
+		ctx := context.Background()
+		for i, v := range []int64{1_795_946_400_000, 1_795_946_500_000, 7} {
+			got, err := s.PinStart(ctx, v)
+			if err != nil || got != 1_795_946_400_000 {
+				t.Errorf("%s: PinStart #%d (%d): got %d, %v, want the first pin", name, i+1, v, got, err)
+			}
+		}
+		if _, ok, err := s.High(ctx); ok || err != nil {
+			t.Errorf("%s: high after PinStart: got ok %v, %v", name, ok, err)
+		}
+	}
+}

@@ -134,6 +134,8 @@ func OpenURL(cfg aws.Config, s3url string, o Options) (*Remote, error) {
 const (
 	sharedDir = "shared/"
 	highKey   = "epoch-high"
+	// startPinFile holds PinStart's time (Local: a file of that name).
+	startPinFile = "start-pin"
 )
 
 func kindDirKey(kind ckpt.Kind) string {
@@ -802,6 +804,25 @@ func (r *Remote) High(ctx context.Context) (int64, bool, error) {
 		return 0, false, r.m.fail("high", err)
 	}
 	return v, true, nil
+}
+
+// PinStart implements Store: a GetObject, and a PutObject when nothing is
+// pinned yet. Two first starts racing (one of them a paused holder) can
+// each pin their own time; the later pin wins, which loses nothing the
+// earlier holder read: its writes are fenced and discarded at the restore.
+func (r *Remote) PinStart(ctx context.Context, startMs int64) (int64, error) {
+	b, err := r.getBytes(ctx, startPinFile)
+	if err == nil {
+		v, err := parseHigh(b)
+		return v, r.m.fail("pin_start", err)
+	}
+	if !errors.Is(err, errNoKey) {
+		return 0, r.m.fail("pin_start", fmt.Errorf("ckptstore: read the pinned start: %w", err))
+	}
+	if err := r.putBytes(ctx, startPinFile, formatHigh(startMs)); err != nil {
+		return 0, r.m.fail("pin_start", fmt.Errorf("ckptstore: pin the start: %w", err))
+	}
+	return startMs, nil
 }
 
 // SetHigh implements Store: one PutObject, which S3 makes durable and

@@ -288,6 +288,12 @@ func (c *checkpoints) high(ctx context.Context) (int64, bool, error) {
 	return h, ok, err
 }
 
+// startPinMarginMs is how far before the processing time of a lineage's
+// first start its pinned start lies: a "latest" start then also reads the
+// records of the last seconds before it (counted once, like any other),
+// and a host clock ahead of Kinesis' by less than that loses none.
+const startPinMarginMs = 10_000
+
 // setHigh durably records that epochs up to e may be written. It is called
 // before any write tagged e can happen.
 func (c *checkpoints) setHigh(ctx context.Context, e int64) error {

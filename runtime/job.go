@@ -63,6 +63,7 @@ type Job struct {
 	rows       sink.Rows
 	totals     sink.Totals
 	ckpts      *checkpoints
+	startMs    int64 // the lineage's pinned start (ckpt.Store.PinStart)
 	restored   Meta
 	c          int64
 	nextID     int64
@@ -318,6 +319,13 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		j.Close()
 		return nil, err
 	}
+	// Pin when this lineage first started reading, before the source
+	// opens: a "latest" start of a shard without a saved position means
+	// that time on every later start too (source.Start.StartMs).
+	if j.startMs, err = j.ckpts.store.PinStart(ctx, cfg.Clock.NowMs()-startPinMarginMs); err != nil {
+		j.Close()
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
 	d := time.Since(start)
 	j.m.restoreSecs.Set(d.Seconds())
 	j.restoreMs = d.Milliseconds()
@@ -559,7 +567,7 @@ func (j *Job) Close() error {
 // replay: a final watermark fires every window, then a final checkpoint),
 // or ctx is cancelled (a final checkpoint, windows stay open in state).
 func (j *Job) Run(ctx context.Context) error {
-	src, err := j.cfg.OpenSource(ctx, source.Start{Checkpoint: j.c, Positions: maps.Clone(j.restored.Positions),
+	src, err := j.cfg.OpenSource(ctx, source.Start{Checkpoint: j.c, Positions: maps.Clone(j.restored.Positions), StartMs: j.startMs,
 		Clock: j.cfg.Clock, Logger: j.log, Registerer: j.cfg.Registerer})
 	if err != nil {
 		return fmt.Errorf("runtime: open source %s: %w", j.cfg.Source, err)

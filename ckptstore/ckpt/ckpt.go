@@ -105,6 +105,14 @@ type Store interface {
 	// High returns the last value given to SetHigh, or ok false if it was
 	// never called.
 	High(ctx context.Context) (e int64, ok bool, err error)
+	// PinStart records startMs (Unix ms, processing time) as when this
+	// lineage of checkpoints first started reading, unless a start is
+	// recorded already, and returns the recorded one. A source that
+	// starts a shard without a saved position at "latest" starts it at
+	// that time instead, so that a crash before the first checkpoint (or
+	// a shard that had no record by then) loses nothing to a later
+	// "latest". It is called before the source opens.
+	PinStart(ctx context.Context, startMs int64) (int64, error)
 	// Location describes where id is kept, for logs and operators: a
 	// directory (Local) or the s3:// URL of its manifest (Remote).
 	Location(id int64, kind Kind) string

@@ -76,7 +76,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var cfg runtime.Config
 	fs.StringVar(&cfg.DataDir, "data", "./adclick-data", "directory for state, checkpoints, the embedded store and the exceptions log")
 	fs.StringVar(&cfg.Source, "source", "gen", "gen (built-in generator, real time), file:PATH (JSON Lines replay) or kinesis:STREAM")
-	startAt := fs.String("start-at", "trim_horizon", "Kinesis: where shards without a checkpointed position start: trim_horizon, latest or an RFC 3339 time")
+	startAt := fs.String("start-at", "trim_horizon", "Kinesis: where shards without a checkpointed position start: trim_horizon, latest (as of the job's first start, pinned in its checkpoint store: a restart skips nothing) or an RFC 3339 time")
 	kinesisLimit := fs.Int("kinesis-limit", 10000, "Kinesis: records per GetRecords call (at most 10,000)")
 	kinesisCallMs := fs.Int64("kinesis-call-interval-ms", 200, "Kinesis polling: the least time between two GetRecords calls on a shard by one reader; the stream allows 5 calls/s per shard shared by every reader, so give N × 200 for N readers of the stream (a fleet polls every shard once per range)")
 	kinesisRead := fs.String("kinesis-read", kinesis.ReadPoll, "Kinesis: how shards are read: poll (GetRecords, 5 calls/s and 2 MiB/s per shard shared by every reader of the stream) or efo (enhanced fan-out: SubscribeToShard through --kinesis-consumer, 2 MiB/s per shard of its own)")

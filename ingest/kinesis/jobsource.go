@@ -18,6 +18,12 @@ func Opener(api API, o Options) source.Open {
 		o.Positions = maps.Clone(at.Positions)
 		o.Registerer = at.Registerer
 		o.Logger = at.Logger
+		if o.StartAt == StartLatest && at.StartMs > 0 {
+			// "latest" as of the lineage's first start, not this open's:
+			// a restart before the first checkpoint, or of a shard that
+			// had no record by then, skips nothing that arrived since.
+			o.StartAt, o.StartTimestamp = StartAtTimestamp, time.UnixMilli(at.StartMs)
+		}
 		src, err := Open(ctx, api, o)
 		if err != nil {
 			return nil, err

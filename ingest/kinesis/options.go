@@ -44,7 +44,8 @@ type Options struct {
 	// StartLatest or StartAtTimestamp. Shards that appear later (children
 	// of a reshard) always start at TRIM_HORIZON, so nothing is lost. With
 	// StartLatest, shards that are already closed when the source opens are
-	// not read at all.
+	// not read at all. Opener turns StartLatest into StartAtTimestamp at
+	// the job's pinned first start (source.Start.StartMs), when it has one.
 	StartAt string
 	// StartTimestamp is the arrival time to start from with
 	// StartAtTimestamp.

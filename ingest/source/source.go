@@ -90,6 +90,12 @@ type Start struct {
 	// and Positions its saved positions (nil: start from the beginning).
 	Checkpoint int64
 	Positions  map[string]string
+	// StartMs is when this job's lineage first started reading (Unix ms,
+	// pinned in its checkpoint store before the first open; 0: unknown).
+	// A source told to start where it has no position at "latest" starts
+	// there instead, so that nothing that arrived since the first start
+	// is skipped by a restart.
+	StartMs    int64
 	Clock      clock.Clock // processing time of a real-time source
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
