@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/adclick/adclick/ckptstore/ckpt"
+	"github.com/adclick/adclick/sink/fence"
 )
 
 // API is the part of the S3 client a Remote uses; *s3.Client implements
@@ -46,6 +47,9 @@ func NewS3Client(cfg aws.Config, optFns ...func(*s3.Options)) *s3.Client {
 	fns := append([]func(*s3.Options){func(o *s3.Options) {
 		o.UsePathStyle = true
 		o.DisableLogOutputChecksumValidationSkipped = true
+		// A write run under a lease (fence.Run) is checked again right
+		// before each request is sent.
+		o.APIOptions = append(o.APIOptions, fence.CheckBeforeSend)
 	}}, optFns...)
 	return s3.NewFromConfig(cfg, fns...)
 }

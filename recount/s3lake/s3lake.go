@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/adclick/adclick/recount"
+	"github.com/adclick/adclick/sink/fence"
 )
 
 // API is the part of the S3 client the lake uses (*s3.Client has it).
@@ -34,6 +35,9 @@ type API interface {
 func NewClient(cfg aws.Config) *s3.Client {
 	return s3.NewFromConfig(cfg, func(o *s3.Options) {
 		o.UsePathStyle = true
+		// A write run under a lease (fence.Run) is checked again right
+		// before each request is sent.
+		o.APIOptions = append(o.APIOptions, fence.CheckBeforeSend)
 		// Stores that send no checksum (MinIO, s3rver) would otherwise get
 		// an SDK debug line on stderr for every object read.
 		o.DisableLogOutputChecksumValidationSkipped = true

@@ -6,6 +6,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/adclick/adclick/sink/fence"
 )
 
 // NewClient returns a DynamoDB client suited to a Store with options o:
@@ -26,6 +28,9 @@ func NewClient(cfg aws.Config, o Options, optFns ...func(*dynamodb.Options)) *dy
 	n := max(o.MaxInFlight, 1)
 	fns := []func(*dynamodb.Options){func(do *dynamodb.Options) {
 		do.Retryer = aws.NopRetryer{}
+		// A write run under a lease (fence.Run) is checked again right
+		// before each request is sent.
+		do.APIOptions = append(do.APIOptions, fence.CheckBeforeSend)
 		if bc, ok := do.HTTPClient.(*awshttp.BuildableClient); ok || do.HTTPClient == nil {
 			if bc == nil {
 				bc = awshttp.NewBuildableClient()

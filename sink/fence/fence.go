@@ -63,7 +63,7 @@ func Run(ctx context.Context, f Fence, write func(context.Context) error) error 
 	}
 	gctx, cancel := f.Guard(ctx)
 	defer cancel()
-	err := write(gctx)
+	err := write(context.WithValue(gctx, fenceKey{}, f))
 	if err != nil && ctx.Err() == nil {
 		// A write cut short by the end of the lease reports the lease.
 		if lerr := f.Check(); lerr != nil {
