@@ -21,7 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/adclick/adclick/ckptstore/ckpt"
-	"github.com/adclick/adclick/sink/fence"
+	"github.com/adclick/adclick/sink/fence/awsfence"
 )
 
 // API is the part of the S3 client a Remote uses; *s3.Client implements
@@ -49,7 +49,7 @@ func NewS3Client(cfg aws.Config, optFns ...func(*s3.Options)) *s3.Client {
 		o.DisableLogOutputChecksumValidationSkipped = true
 		// A write run under a lease (fence.Run) is checked again right
 		// before each request is sent.
-		o.APIOptions = append(o.APIOptions, fence.CheckBeforeSend)
+		o.APIOptions = append(o.APIOptions, awsfence.CheckBeforeSend)
 	}}, optFns...)
 	return s3.NewFromConfig(cfg, fns...)
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/adclick/adclick/recount"
-	"github.com/adclick/adclick/sink/fence"
+	"github.com/adclick/adclick/sink/fence/awsfence"
 )
 
 // API is the part of the S3 client the lake uses (*s3.Client has it).
@@ -37,7 +37,7 @@ func NewClient(cfg aws.Config) *s3.Client {
 		o.UsePathStyle = true
 		// A write run under a lease (fence.Run) is checked again right
 		// before each request is sent.
-		o.APIOptions = append(o.APIOptions, fence.CheckBeforeSend)
+		o.APIOptions = append(o.APIOptions, awsfence.CheckBeforeSend)
 		// Stores that send no checksum (MinIO, s3rver) would otherwise get
 		// an SDK debug line on stderr for every object read.
 		o.DisableLogOutputChecksumValidationSkipped = true

@@ -7,7 +7,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/adclick/adclick/sink/fence"
+	"github.com/adclick/adclick/sink/fence/awsfence"
 )
 
 // NewClient returns a DynamoDB client suited to a Store with options o:
@@ -30,7 +30,7 @@ func NewClient(cfg aws.Config, o Options, optFns ...func(*dynamodb.Options)) *dy
 		do.Retryer = aws.NopRetryer{}
 		// A write run under a lease (fence.Run) is checked again right
 		// before each request is sent.
-		do.APIOptions = append(do.APIOptions, fence.CheckBeforeSend)
+		do.APIOptions = append(do.APIOptions, awsfence.CheckBeforeSend)
 		if bc, ok := do.HTTPClient.(*awshttp.BuildableClient); ok || do.HTTPClient == nil {
 			if bc == nil {
 				bc = awshttp.NewBuildableClient()

@@ -1,4 +1,4 @@
-package fence_test
+package awsfence_test
 
 import (
 	"context"
