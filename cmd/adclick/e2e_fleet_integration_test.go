@@ -45,6 +45,8 @@ type fleetLog struct {
 	Range   string    `json:"range"`
 	Found   *bool     `json:"found"`
 	Handoff bool      `json:"handoff"`
+	// CallMs is the poll spacing a range's reader was given.
+	CallMs *int64 `json:"call_interval_ms"`
 }
 
 func freeAddr(t *testing.T) string {
@@ -268,6 +270,24 @@ func TestFleetEndToEnd(t *testing.T) {
 	defer func() { dumpLogs(t, everyone) }()
 	put(0)
 	waitUntil(t, "three workers to share the ranges", 90*time.Second, func() bool { return settled(workers, ranges) })
+	// Every range polls every shard: without --kinesis-call-interval-ms
+	// each spaces its calls by ranges × 200 ms, so that the fleet stays
+	// within a shard's 5 reads per second.
+	spaced := 0
+	for _, w := range workers {
+		for _, l := range w.logs(t, time.Time{}) {
+			if l.Msg != "range reads kinesis" {
+				continue
+			}
+			spaced++
+			if l.CallMs == nil || *l.CallMs != ranges*200 {
+				t.Errorf("worker %s: range %s polls with call_interval_ms %v, want %d (%d ranges × 200 ms)", w.id, l.Range, l.CallMs, ranges*200, ranges)
+			}
+		}
+	}
+	if spaced < ranges {
+		t.Errorf("%d ranges logged their poll spacing, want at least %d", spaced, ranges)
+	}
 
 	// Kill a worker twice, each time another, with SIGKILL.
 	for k := range 2 {

@@ -41,9 +41,10 @@ type fleetArgs struct {
 	// allowedHosts are the Hosts the worker's HTTP server answers besides
 	// loopback ones (api.HostPolicy).
 	allowedHosts []string
-	// openSource returns the source opener of range r (an EFO consumer of
-	// its own per range).
-	openSource func(r windowing.KeyGroups) source.Open
+	// openSource returns the source opener of range r of a job of ranges
+	// ranges (an EFO consumer of its own per range; poll spacing scaled by
+	// the number of ranges, rangeReadOptions).
+	openSource func(r windowing.KeyGroups, ranges int) source.Open
 }
 
 // checkFleet refuses a --fleet run whose stores cannot be shared by
@@ -115,6 +116,16 @@ func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlag
 	if err != nil {
 		return err
 	}
+	// Every range polls every shard: the stream's 5 reads per second per
+	// shard are shared by as many pollers as the map has ranges.
+	m, err := w.ReadMap(ctx)
+	if err != nil {
+		return err
+	}
+	pollers := 1
+	if m != nil {
+		pollers = len(m.Ranges)
+	}
 	rows, totals, closeSinks, err := sf.open(ctx, reg)
 	if err != nil {
 		return err
@@ -133,7 +144,7 @@ func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlag
 			// share of the key groups, so a worker holding every range
 			// (the others gone) stays within it.
 			c.DedupMemoryBytes = max(base.DedupMemoryBytes*int64(r.Len())/windowing.MaxParallelism, 1<<20)
-			c.OpenSource = a.openSource(r)
+			c.OpenSource = a.openSource(r, pollers)
 			c.Lake = lake
 			var err error
 			if c.Rows, c.Totals, err = scopedSinks(rows, totals, r.Scope()); err != nil {

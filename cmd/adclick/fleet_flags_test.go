@@ -6,6 +6,10 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/adclick/adclick/ingest/kinesis"
+	"github.com/adclick/adclick/windowing"
 )
 
 // run --fleet refuses, as usage errors before anything is opened, what a
@@ -58,5 +62,42 @@ func TestSetupRangesFlags(t *testing.T) {
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("setup %v: got %v, want a usage error with %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestRangePollSpacing: a fleet's ranges each poll every shard, so by
+// default each range spaces its GetRecords calls on a shard by the number
+// of ranges × the base interval (5 calls per second per shard for the
+// whole fleet); an interval the operator gave is kept as given.
+func TestRangePollSpacing(t *testing.T) {
+	base := kinesis.Options{Stream: "s", Read: kinesis.ReadPoll, MinCallInterval: 200 * time.Millisecond}
+	efo := base
+	efo.Read, efo.Consumer = kinesis.ReadEFO, "adclick"
+	half := windowing.KeyGroups{From: 0, To: 64}
+	for _, tc := range []struct {
+		name     string
+		o        kinesis.Options
+		r        windowing.KeyGroups
+		ranges   int
+		given    bool
+		interval time.Duration
+		consumer string
+	}{
+		{"one range", base, windowing.AllKeyGroups, 1, false, 200 * time.Millisecond, ""},
+		{"sixteen ranges", base, half, 16, false, 3200 * time.Millisecond, ""},
+		{"three ranges", base, half, 3, false, 600 * time.Millisecond, ""},
+		{"given by the operator", base, half, 16, true, 200 * time.Millisecond, ""},
+		{"efo: a consumer per range", efo, half, 2, false, 400 * time.Millisecond, "adclick-kg0-64"},
+		{"efo: the whole job keeps its consumer", efo, windowing.AllKeyGroups, 1, false, 200 * time.Millisecond, "adclick"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := rangeReadOptions(tc.o, tc.r, tc.ranges, tc.given)
+			if got.MinCallInterval != tc.interval || got.Consumer != tc.consumer {
+				t.Errorf("interval %s consumer %q, want %s %q", got.MinCallInterval, got.Consumer, tc.interval, tc.consumer)
+			}
+			if got.Stream != tc.o.Stream || got.Read != tc.o.Read {
+				t.Errorf("stream/read changed: %+v", got)
+			}
+		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/preagg"
+	"github.com/adclick/adclick/windowing"
 )
 
 // newKinesisClient returns a Kinesis client with the SDK's retries off:
@@ -289,4 +290,23 @@ func putLines(ctx context.Context, stream string, aggregate bool, h horizonFlags
 		return p.Sent(), p.Old(), p.Failed(err)
 	}
 	return p.Sent(), p.Old(), nil
+}
+
+// rangeReadOptions returns the Kinesis options of range r of a fleet whose
+// map has ranges ranges. Each range reads through an EFO consumer of its
+// own (two subscriptions of one consumer take each other over). Every
+// range polls every shard, and a shard serves 5 GetRecords calls per
+// second to all its readers together: unless the operator gave
+// --kinesis-call-interval-ms (intervalGiven), each range spaces its calls
+// on a shard by ranges × the default, so that the fleet as a whole stays
+// at the stream's limit instead of being throttled.
+func rangeReadOptions(ko kinesis.Options, r windowing.KeyGroups, ranges int, intervalGiven bool) kinesis.Options {
+	o := ko
+	if o.Consumer != "" && !r.All() {
+		o.Consumer += "-" + r.String()
+	}
+	if !intervalGiven && ranges > 1 {
+		o.MinCallInterval = time.Duration(ranges) * ko.MinCallInterval
+	}
+	return o
 }

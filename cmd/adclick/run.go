@@ -78,7 +78,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cfg.Source, "source", "gen", "gen (built-in generator, real time), file:PATH (JSON Lines replay) or kinesis:STREAM")
 	startAt := fs.String("start-at", "trim_horizon", "Kinesis: where shards without a checkpointed position start: trim_horizon, latest (as of the job's first start, pinned in its checkpoint store: a restart skips nothing) or an RFC 3339 time")
 	kinesisLimit := fs.Int("kinesis-limit", 10000, "Kinesis: records per GetRecords call (at most 10,000)")
-	kinesisCallMs := fs.Int64("kinesis-call-interval-ms", 200, "Kinesis polling: the least time between two GetRecords calls on a shard by one reader; the stream allows 5 calls/s per shard shared by every reader, so give N × 200 for N readers of the stream (a fleet polls every shard once per range)")
+	kinesisCallMs := fs.Int64("kinesis-call-interval-ms", 200, "Kinesis polling: the least time between two GetRecords calls on a shard by one reader; the stream allows 5 calls/s per shard shared by every reader. A fleet polls every shard once per range, so with --fleet and this flag not given each range spaces its calls by N × this value for the N ranges of the lease table's map (16 ranges: 3.2 s); a value given is used as it is, per range")
 	kinesisRead := fs.String("kinesis-read", kinesis.ReadPoll, "Kinesis: how shards are read: poll (GetRecords, 5 calls/s and 2 MiB/s per shard shared by every reader of the stream) or efo (enhanced fan-out: SubscribeToShard through --kinesis-consumer, 2 MiB/s per shard of its own)")
 	kinesisConsumer := fs.String("kinesis-consumer", "", "with --kinesis-read efo: the stream consumer to read through, registered if missing; one job's own (two jobs on one consumer take each other's subscriptions over)")
 	fs.DurationVar(&cfg.ExitWhenIdle, "exit-when-idle", 0, "stop (with a final checkpoint) once the source is caught up and no record came for this long (0 = never)")
@@ -164,7 +164,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	// The source: one line per kind. rangeSource opens it for one range of
 	// a fleet.
-	var rangeSource func(windowing.KeyGroups) source.Open
+	var rangeSource func(r windowing.KeyGroups, ranges int) source.Open
 	kind, name, _ := strings.Cut(cfg.Source, ":")
 	switch {
 	case cfg.Source == "gen":
@@ -185,13 +185,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 		cfg.OpenSource = kinesis.Opener(api, ko)
-		rangeSource = func(r windowing.KeyGroups) source.Open {
-			// Each range reads through a consumer of its own: two
-			// subscriptions of one consumer take each other over.
-			o := ko
-			if o.Consumer != "" && !r.All() {
-				o.Consumer += "-" + r.String()
-			}
+		intervalGiven := explicit(fs, "kinesis-call-interval-ms")
+		rangeSource = func(r windowing.KeyGroups, ranges int) source.Open {
+			o := rangeReadOptions(ko, r, ranges, intervalGiven)
+			log.Info("range reads kinesis", "range", r.String(), "read", o.Read, "consumer", o.Consumer,
+				"call_interval_ms", o.MinCallInterval.Milliseconds(), "ranges", ranges)
 			return kinesis.Opener(api, o)
 		}
 	default:
@@ -210,7 +208,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		if fa.openSource == nil {
 			open := cfg.OpenSource
-			fa.openSource = func(windowing.KeyGroups) source.Open { return open }
+			fa.openSource = func(windowing.KeyGroups, int) source.Open { return open }
 		}
 		return runFleet(ctx, cfg, fa, &sf, reg, log)
 	}
