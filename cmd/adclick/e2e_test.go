@@ -20,6 +20,14 @@ import (
 
 var binPath string
 
+// sharedBuildEnv (with -trimpath) is the environment in which scripts/test.sh builds the one
+// binary the tests share, as the Dockerfile does: a test that builds the
+// binary again with these settings (a stamped version) compiles nothing
+// anew, only links.
+func sharedBuildEnv() []string {
+	return append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -buildvcs=false"))
+}
+
 // TestMain builds the binary, or takes the one ADCLICK_TEST_BINARY names
 // (scripts/test.sh builds it once for this package, deploy and runbooks).
 //
@@ -40,7 +48,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binPath = filepath.Join(dir, "adclick")
-	build := exec.Command("go", "build", "-o", binPath, ".")
+	build := exec.Command("go", "build", "-trimpath", "-o", binPath, ".")
+	build.Env = sharedBuildEnv()
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build adclick:", err)

@@ -34,7 +34,11 @@ func TestVersionCommand(t *testing.T) {
 // with -ldflags "-X main.version=…".
 func TestBuildInfoMetric(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "adclick")
-	build := exec.Command("go", "build", "-ldflags", "-X main.version=v0.0.0-metric-test", "-o", bin, ".")
+	// The settings of the shared test binary (scripts/test.sh, TestMain):
+	// every package's compile comes from the build cache, and only the
+	// link, with the stamp, is done again.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-X main.version=v0.0.0-metric-test", "-o", bin, ".")
+	build.Env = sharedBuildEnv()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
