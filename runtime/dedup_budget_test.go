@@ -11,7 +11,7 @@ import (
 // exact (every copy still found, by lookups in the state store).
 func TestDedupMemoryBudgetHoldsAndCountsExactly(t *testing.T) {
 	dir := t.TempDir()
-	path := writeTrace(t, dir, traceOptions(60_000, 41))
+	path := writeTrace(t, dir, traceOptions(15_000, 41))
 	const budget = 160 << 10
 	for _, tc := range []struct {
 		name   string
