@@ -11,7 +11,8 @@
 #                                          export lines, wait for Ctrl-C
 #
 # Argument handling: every argument is given to `go test` after the default
-# flags (-race -tags integration -timeout 40m), so a later flag wins, e.g.
+# flags (-race -tags integration,pebblegozstd -p 4 -timeout 40m), so a
+# later flag wins, e.g.
 # `-timeout 5m` or `-race=false`. Arguments that start with ./ or ../ or the
 # module path (github.com/adclick/adclick) are package patterns: when there
 # is none, ./... is added. go vet runs on the same packages. Write flag
@@ -388,7 +389,7 @@ if [ "$SERVERS_ONLY" -eq 1 ]; then
 		AWS_EC2_METADATA_DISABLED AWS_CONFIG_FILE AWS_SHARED_CREDENTIALS_FILE; do
 		printf 'export %s=%q\n' "$v" "${!v}"
 	done
-	printf '\nthen: go test -race -tags integration ./...\n'
+	printf '\nthen: go test -race -tags integration,pebblegozstd ./...\n'
 	printf 'Press Ctrl-C to stop the servers.\n'
 	SERVING=1
 	while :; do
@@ -447,10 +448,17 @@ if [ "${ADCLICK_TEST_NO_VET:-0}" != 1 ]; then
 	VET_PID=$!
 fi
 
-step "go test -race -tags integration -timeout 40m ${GO_ARGS[*]}"
+# -tags pebblegozstd: Pebble compresses with its pure-Go zstd, as in the
+# image (CGO_ENABLED=0), instead of compiling the C zstd that -race (which
+# needs cgo) would otherwise pull in. -p 4: the packages that wait on
+# servers and leases (lease, sink/dynamo, runtime) hold a slot each while
+# the CPU is free; with GOMAXPROCS slots they would keep the rest of the
+# compile waiting behind them.
+TEST_FLAGS=(-race -tags integration,pebblegozstd -p 4 -timeout 40m)
+step "go test ${TEST_FLAGS[*]} ${GO_ARGS[*]}"
 t0=$SECONDS
 rc=0
-go test -race -tags integration -timeout 40m "${GO_ARGS[@]}" || rc=$?
+go test "${TEST_FLAGS[@]}" "${GO_ARGS[@]}" || rc=$?
 step "go test exited with $rc after $((SECONDS - t0))s"
 
 if [ -n "$VET_PID" ]; then
@@ -471,7 +479,12 @@ fi
 # in the log; BENCHMARKS.md has the full measurement and its command.
 if [ "$rc" -eq 0 ] && [ "$FULL_RUN" -eq 1 ] && [ "${ADCLICK_TEST_NO_BENCH:-0}" != 1 ]; then
 	step "stage benchmarks (short)"
-	go test -run '^$' -bench . -benchtime 20000x -benchmem \
+	# Built as the binary is (CGO_ENABLED=0 -trimpath), so they reuse its
+	# compile of Pebble and the rest instead of a third one. The filter
+	# budget benchmark is left out: it fills 2 M ids before each of its
+	# three cases (a minute, whatever -benchtime), and the budget is
+	# tested by TestDedupBudgetBoundsFilterMemory.
+	"${BUILD_ENV[@]}" go test -trimpath -run '^$' -bench . -skip '^BenchmarkDedupBudget$' -benchtime 20000x -benchmem \
 		./ingest/ ./preagg/ ./windowing/ ./latepath/ ./state/ 2>&1 | grep -E '^(Benchmark|ok|FAIL|PASS)' || rc=$?
 fi
 exit "$rc"

@@ -789,6 +789,7 @@ func TestExhaustiveSmallTraceCrashes(t *testing.T) {
 // --parallelism (1, 2, 4) change too. The rows every restore leaves and the
 // rows at the end are checked, and so are the recount's finals.
 func TestRestartsChangeOptions(t *testing.T) {
+	t.Parallel()
 	minutes := 8
 	if testing.Short() {
 		minutes = 4
@@ -879,6 +880,7 @@ func minuteOf(ms int64) string { return time.UnixMilli(ms).UTC().Format("M2006-0
 // normally, copies of counted clicks are duplicates, and fast + late equals
 // the count of the whole input.
 func TestRestartAfterDrainedStopAndEndOfInput(t *testing.T) {
+	t.Parallel()
 	t.Run("append_to_a_finished_file", testAppendToFinishedFile)
 	t.Run("drained_stop_of_the_generator", testDrainedStop)
 }
@@ -1088,6 +1090,7 @@ func testDrainedStop(t *testing.T) {
 // their dedup expiry buckets differ) are one click, counted once, with or
 // without a crash between the copies.
 func TestDuplicateWithDifferentImpression(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace.jsonl")
 	b := holeBase + 60_000 // a minute boundary

@@ -496,6 +496,7 @@ func countLines(t *testing.T, path string) int64 {
 // stop request is written (a stop command that fails with EOF tells the
 // operator nothing about the final checkpoint or the savepoint path).
 func TestStopAnswersBeforeExit(t *testing.T) {
+	t.Parallel()
 	for i := 0; i < 10; i++ {
 		j := startJob(t, "gen job", "", "--source", "gen", "--gen-rate", "200", "--data", filepath.Join(t.TempDir(), "data"),
 			"--parallelism", "1")

@@ -22,6 +22,7 @@ import (
 // start takes the job at once. Before the lease, the second restored the
 // first's checkpoint and its full flush deleted the first's writes.
 func TestSecondProcessRefusedAWS(t *testing.T) {
+	t.Parallel()
 	testenv.S3(t)
 	testenv.DynamoDB(t)
 	dir := t.TempDir()

@@ -88,6 +88,7 @@ func runStderr(t *testing.T, wantCode int, args ...string) string {
 // ever. Before the fix the run with the far line did not finish in minutes,
 // and the one with the two-day line lost every click after it.
 func TestArrivalJumpIsBounded(t *testing.T) {
+	t.Parallel()
 	base := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC).UnixMilli()
 	for _, tc := range []struct {
 		name   string

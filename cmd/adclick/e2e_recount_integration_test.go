@@ -24,6 +24,7 @@ import (
 // of both runs are the same. The crash-free run keeps its checkpoints in S3
 // as well, and the recount reads the watermark from there.
 func TestRecountS3Lake(t *testing.T) {
+	t.Parallel()
 	testenv.S3(t)
 	ctx := context.Background()
 	dir := t.TempDir()

@@ -326,6 +326,7 @@ func checkRef(t *testing.T, ref finalRef) {
 }
 
 func TestRecountIsExact(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace.jsonl")
 	genTraceBeyond(t, trace, 8000, 31)
@@ -439,6 +440,7 @@ var removedLog = regexp.MustCompile(`lake_objects_removed=(\d+)`)
 // make, and that the recount's finals equal those of a run without crashes
 // and the count from the file.
 func TestRestoreRemovesLakeEpochs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace.jsonl")
 	genTraceBeyond(t, trace, 20000, 41)
@@ -540,6 +542,7 @@ func compareFinals(t *testing.T, got, want finals) {
 // TestRecountAfterCrashes crashes the job at random records (one or two
 // crashes, then a run to the end) and checks the lake and the finals.
 func TestRecountAfterCrashes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace.jsonl")
 	const clicks = 6000

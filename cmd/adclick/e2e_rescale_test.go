@@ -24,6 +24,7 @@ var rescaleFlags = []string{"--checkpoint-interval-ms", "5000", "--flush-writes-
 // savepoint to the end of the trace. The rows must then hold every valid
 // click exactly once, as in the end-to-end replay test.
 func TestRescaleThroughSavepoints(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace.jsonl")
 	// A few seconds of replay per run; each stop below comes
@@ -124,6 +125,7 @@ func readMeta(t *testing.T, dir string) spMeta {
 // epoch high-water mark, and the flush must run all the same (at least for
 // the savepoint's epoch).
 func TestSavepointStartOnNewDataRunsFlush(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace.jsonl")
 	genTrace(t, trace, 20_000, 23)

@@ -18,6 +18,7 @@ import (
 // same --checkpoints s3://…: it restores from S3, and the rows (in DynamoDB)
 // end exact.
 func TestRestoreFromS3AfterLosingData(t *testing.T) {
+	t.Parallel()
 	testenv.S3(t)
 	testenv.DynamoDB(t)
 	dir := t.TempDir()
@@ -67,6 +68,7 @@ func TestRestoreFromS3AfterLosingData(t *testing.T) {
 // was looked up in v2's own store: blue/green with S3 checkpoints could not
 // start.)
 func TestBlueGreenFromS3Savepoint(t *testing.T) {
+	t.Parallel()
 	testenv.S3(t)
 	testenv.DynamoDB(t)
 	dir := t.TempDir()

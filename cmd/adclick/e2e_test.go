@@ -331,6 +331,7 @@ func latestCkpt(t *testing.T, data string) int64 {
 }
 
 func TestReplayIsDeterministicAndExact(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace.jsonl")
 	genTrace(t, trace, 8000, 7)
@@ -365,6 +366,7 @@ func TestReplayIsDeterministicAndExact(t *testing.T) {
 // that pre-aggregation flushes, watermarks and ticks meet in every order
 // (a subtask often has no clicks between two ticks).
 func TestSparseReplayIsExact(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace.jsonl")
 	genTraceRate(t, trace, 3000, 5, 3)
