@@ -45,6 +45,9 @@ type fleetArgs struct {
 	// ranges (an EFO consumer of its own per range; poll spacing scaled by
 	// the number of ranges, rangeReadOptions).
 	openSource func(r windowing.KeyGroups, ranges int) source.Open
+	// consumerRoom, when the source reads with enhanced fan-out, refuses
+	// ranges whose consumers do not fit the stream (fleetConsumerRoom).
+	consumerRoom func(ctx context.Context, ranges []windowing.KeyGroups) error
 }
 
 // checkFleet refuses a --fleet run whose stores cannot be shared by
@@ -125,6 +128,15 @@ func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlag
 	pollers := 1
 	if m != nil {
 		pollers = len(m.Ranges)
+		if a.consumerRoom != nil {
+			rs := make([]windowing.KeyGroups, len(m.Ranges))
+			for i, r := range m.Ranges {
+				rs[i] = windowing.KeyGroups{From: r.From, To: r.To}
+			}
+			if err := a.consumerRoom(ctx, rs); err != nil {
+				return err
+			}
+		}
 	}
 	rows, totals, closeSinks, err := sf.open(ctx, reg)
 	if err != nil {

@@ -310,3 +310,22 @@ func rangeReadOptions(ko kinesis.Options, r windowing.KeyGroups, ranges int, int
 	}
 	return o
 }
+
+// fleetConsumerRoom refuses a fleet that reads with enhanced fan-out when
+// the consumers of its ranges (one per range, rangeReadOptions) do not fit
+// the stream beside those registered on it, leaving room for a blue/green
+// copy of the fleet: it is called by run --fleet with the job's ranges map
+// before any range opens its source.
+func fleetConsumerRoom(ctx context.Context, api kinesis.API, ko kinesis.Options, ranges []windowing.KeyGroups) error {
+	if ko.Read != kinesis.ReadEFO {
+		return nil
+	}
+	want := make([]string, len(ranges))
+	for i, r := range ranges {
+		want[i] = rangeReadOptions(ko, r, len(ranges), true).Consumer
+	}
+	if err := kinesis.StreamConsumerRoom(ctx, api, ko.Stream, want); err != nil {
+		return fmt.Errorf("run --fleet: %d ranges read with --kinesis-read %s: %w", len(ranges), kinesis.ReadEFO, err)
+	}
+	return nil
+}

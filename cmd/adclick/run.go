@@ -165,6 +165,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// The source: one line per kind. rangeSource opens it for one range of
 	// a fleet.
 	var rangeSource func(r windowing.KeyGroups, ranges int) source.Open
+	var consumerRoom func(ctx context.Context, ranges []windowing.KeyGroups) error
 	kind, name, _ := strings.Cut(cfg.Source, ":")
 	switch {
 	case cfg.Source == "gen":
@@ -186,6 +187,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		cfg.OpenSource = kinesis.Opener(api, ko)
 		intervalGiven := explicit(fs, "kinesis-call-interval-ms")
+		consumerRoom = func(ctx context.Context, ranges []windowing.KeyGroups) error {
+			return fleetConsumerRoom(ctx, api, ko, ranges)
+		}
 		rangeSource = func(r windowing.KeyGroups, ranges int) source.Open {
 			o := rangeReadOptions(ko, r, ranges, intervalGiven)
 			log.Info("range reads kinesis", "range", r.String(), "read", o.Read, "consumer", o.Consumer,
@@ -202,7 +206,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Crash = func() { os.Exit(137) }
 	if *fleetMode {
 		fa := fleetArgs{workerID: *workerID, slots: *maxWorkers, leaseTable: *leaseTable, job: *jobName, leaseMs: *leaseMs,
-			checkpoints: *checkpointsURL, lake: *lakeURL, listen: *listen, allowedHosts: hosts, openSource: rangeSource}
+			checkpoints: *checkpointsURL, lake: *lakeURL, listen: *listen, allowedHosts: hosts, openSource: rangeSource,
+			consumerRoom: consumerRoom}
 		if err := checkFleet(fa, &sf, &cfg, *exitAfterRestore); err != nil {
 			return err
 		}

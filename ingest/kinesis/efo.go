@@ -151,6 +151,38 @@ func ConsumerNames(ctx context.Context, api API, streamARN string) ([]string, er
 	}
 }
 
+// StreamConsumerRoom checks that the consumers want (one per range of a
+// job) fit on stream beside the consumers registered on it now, with room
+// for a blue/green copy of the job (CheckConsumerRoom). A fleet reading
+// with enhanced fan-out calls it before it registers any: past the
+// stream's limit, registration fails with LimitExceededException on every
+// worker in turn and the range's ads are never counted.
+func StreamConsumerRoom(ctx context.Context, api API, stream string, want []string) error {
+	var streamARN string
+	err := retryCall(ctx, func() error {
+		out, err := api.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(stream)})
+		if err != nil {
+			return err
+		}
+		if out.StreamDescriptionSummary == nil || aws.ToString(out.StreamDescriptionSummary.StreamARN) == "" {
+			return fmt.Errorf("no stream ARN in the reply")
+		}
+		streamARN = *out.StreamDescriptionSummary.StreamARN
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("kinesis: describe stream %s: %w", stream, err)
+	}
+	var registered []string
+	if err := retryCall(ctx, func() (err error) { registered, err = ConsumerNames(ctx, api, streamARN); return err }); err != nil {
+		return err
+	}
+	if err := CheckConsumerRoom(registered, want); err != nil {
+		return fmt.Errorf("stream %s: %w", stream, err)
+	}
+	return nil
+}
+
 func registerConsumer(ctx context.Context, api API, streamARN, name string) error {
 	_, err := api.RegisterStreamConsumer(ctx, &kinesis.RegisterStreamConsumerInput{
 		StreamARN: aws.String(streamARN), ConsumerName: aws.String(name)})
