@@ -36,20 +36,9 @@ import (
 // registering it if it is missing, once DescribeStreamConsumer reports it
 // ACTIVE. It waits at most o.ConsumerWait.
 func consumerARN(ctx context.Context, api API, o *Options, log *slog.Logger) (string, error) {
-	var streamARN string
-	err := retryCall(ctx, func() error {
-		out, err := api.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(o.Stream)})
-		if err != nil {
-			return err
-		}
-		if out.StreamDescriptionSummary == nil || aws.ToString(out.StreamDescriptionSummary.StreamARN) == "" {
-			return fmt.Errorf("no stream ARN in the reply")
-		}
-		streamARN = *out.StreamDescriptionSummary.StreamARN
-		return nil
-	})
+	streamARN, err := describeARN(ctx, api, o.Stream)
 	if err != nil {
-		return "", fmt.Errorf("kinesis: describe stream %s: %w", o.Stream, err)
+		return "", err
 	}
 	deadline := time.Now().Add(o.ConsumerWait)
 	status := "missing"
@@ -158,20 +147,9 @@ func ConsumerNames(ctx context.Context, api API, streamARN string) ([]string, er
 // stream's limit, registration fails with LimitExceededException on every
 // worker in turn and the range's ads are never counted.
 func StreamConsumerRoom(ctx context.Context, api API, stream string, want []string) error {
-	var streamARN string
-	err := retryCall(ctx, func() error {
-		out, err := api.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(stream)})
-		if err != nil {
-			return err
-		}
-		if out.StreamDescriptionSummary == nil || aws.ToString(out.StreamDescriptionSummary.StreamARN) == "" {
-			return fmt.Errorf("no stream ARN in the reply")
-		}
-		streamARN = *out.StreamDescriptionSummary.StreamARN
-		return nil
-	})
+	streamARN, err := describeARN(ctx, api, stream)
 	if err != nil {
-		return fmt.Errorf("kinesis: describe stream %s: %w", stream, err)
+		return err
 	}
 	var registered []string
 	if err := retryCall(ctx, func() (err error) { registered, err = ConsumerNames(ctx, api, streamARN); return err }); err != nil {
@@ -181,6 +159,26 @@ func StreamConsumerRoom(ctx context.Context, api API, stream string, want []stri
 		return fmt.Errorf("stream %s: %w", stream, err)
 	}
 	return nil
+}
+
+// describeARN returns the ARN of stream (DescribeStreamSummary, retried).
+func describeARN(ctx context.Context, api API, stream string) (string, error) {
+	var arn string
+	err := retryCall(ctx, func() error {
+		out, err := api.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(stream)})
+		if err != nil {
+			return err
+		}
+		if out.StreamDescriptionSummary == nil || aws.ToString(out.StreamDescriptionSummary.StreamARN) == "" {
+			return fmt.Errorf("no stream ARN in the reply")
+		}
+		arn = *out.StreamDescriptionSummary.StreamARN
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("kinesis: describe stream %s: %w", stream, err)
+	}
+	return arn, nil
 }
 
 func registerConsumer(ctx context.Context, api API, streamARN, name string) error {
