@@ -45,6 +45,7 @@ type fleetLog struct {
 	Range   string    `json:"range"`
 	Found   *bool     `json:"found"`
 	Handoff bool      `json:"handoff"`
+	To      string    `json:"to"` // the worker a range is handed over to
 	// CallMs is the poll spacing a range's reader was given.
 	CallMs *int64 `json:"call_interval_ms"`
 }
@@ -320,6 +321,14 @@ func TestFleetEndToEnd(t *testing.T) {
 		// since the kill, and which they handed over between them.
 		taken, flushed, handed, lost := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
 		for _, w := range rest {
+			for _, l := range w.logs(t, time.Time{}) {
+				// A range handed over to the victim before the kill was
+				// its own or on its way to it (free, waiting for it to
+				// take it), whether or not it was in its list yet.
+				if l.Msg == "handing a range over" && l.To == victim.id && l.Time.Before(killedAt) {
+					handed[l.Range] = true
+				}
+			}
 			for _, l := range w.logs(t, killedAt) {
 				switch {
 				case l.Range == "":
