@@ -29,9 +29,6 @@ import (
 // an independent count for every (ad, hour). A throttled shard taken as
 // idle would fail both.
 func TestThrottledShardHoldsTheFleetWatermark(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a 12 s throttle")
-	}
 	t.Parallel() // its own world
 	const ranges = 3
 	const throttled = "shardId-000000000002" // hash keys 2/3 · 2^128 and up

@@ -322,15 +322,14 @@ func TestFleetEndToEnd(t *testing.T) {
 		taken, flushed, handed, lost := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
 		for _, w := range rest {
 			for _, l := range w.logs(t, time.Time{}) {
-				// A range handed over to the victim before the kill was
-				// its own or on its way to it (free, waiting for it to
-				// take it), whether or not it was in its list yet.
-				if l.Msg == "handing a range over" && l.To == victim.id && l.Time.Before(killedAt) {
-					handed[l.Range] = true
-				}
-			}
-			for _, l := range w.logs(t, killedAt) {
 				switch {
+				case l.Time.Before(killedAt):
+					// A range handed over to the victim before the kill
+					// was its own or on its way to it (free, waiting for
+					// it to take it), whether or not it was in its list.
+					if l.Msg == "handing a range over" && l.To == victim.id {
+						handed[l.Range] = true
+					}
 				case l.Range == "":
 				case l.Msg == "range taken":
 					taken[l.Range] = true

@@ -131,7 +131,7 @@ func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlag
 		if a.consumerRoom != nil {
 			rs := make([]windowing.KeyGroups, len(m.Ranges))
 			for i, r := range m.Ranges {
-				rs[i] = windowing.KeyGroups{From: r.From, To: r.To}
+				rs[i] = kgRange(r)
 			}
 			if err := a.consumerRoom(ctx, rs); err != nil {
 				return err
