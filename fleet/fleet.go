@@ -69,6 +69,16 @@ type Options struct {
 	// once more with a nil job when it has stopped (err is why, nil for a
 	// clean stop). For the status endpoint and tests; it must not block.
 	OnRange func(r windowing.KeyGroups, job *runtime.Job, err error)
+	// FenceMarks, if set, ties the lease table's fences to the rows table
+	// (see FenceMarks): Run refuses to start when a key group's mark is
+	// above the lease table's counters, and each range raises the marks of
+	// its key groups to its take's fence before its pipeline opens,
+	// refused if one is above it. nil: neither (the embedded store).
+	FenceMarks FenceMarks
+	// JobGen is the job_gen the ranges write under (their Config's
+	// runtime.Config.JobGen, which must agree), the generation whose fence
+	// marks are checked. Default 1.
+	JobGen int64
 }
 
 // DefaultSlots is Options.Slots's default.
@@ -178,6 +188,9 @@ func New(o Options) (*Fleet, error) {
 // failing range pipeline is logged, its range released and left to the
 // others for a while, and the worker goes on; a lost slot is taken again.
 func (f *Fleet) Run(ctx context.Context) (err error) {
+	if err := f.checkFenceMarks(ctx); err != nil {
+		return err
+	}
 	watcher := lease.NewWatcher()
 	bo := f.w.BalanceOptions()
 	var slot *lease.Claim
@@ -377,6 +390,9 @@ func (f *Fleet) runPipeline(ctx context.Context, p *pipeline) error {
 	cfg.Lease = &runtime.LeaseConfig{Acquire: func(context.Context, *slog.Logger, prometheus.Registerer) (runtime.Lease, error) {
 		return claim, nil
 	}}
+	if err := f.raiseFenceMark(ctx, p, cfg); err != nil {
+		return err
+	}
 	job, err := runtime.Open(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("fleet: open range %s: %w", p.r, err)

@@ -143,12 +143,17 @@ func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlag
 		return err
 	}
 	defer closeSinks()
+	// The rows table's fence marks tie the lease table's fences to it.
+	var marks fleet.FenceMarks
+	if ds, ok := rows.(*dynamo.Store); ok {
+		marks = ds
+	}
 	lake, err := openLake(ctx, a.lake, cfg.DataDir)
 	if err != nil {
 		return err
 	}
 	base := cfg
-	f, err := fleet.New(fleet.Options{Worker: w, Slots: a.slots, Logger: log, Registerer: reg,
+	f, err := fleet.New(fleet.Options{Worker: w, Slots: a.slots, Logger: log, Registerer: reg, FenceMarks: marks, JobGen: cfg.JobGen,
 		Config: func(r windowing.KeyGroups) (runtime.Config, error) {
 			c := base
 			c.DataDir = filepath.Join(base.DataDir, r.String())

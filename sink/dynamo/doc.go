@@ -56,6 +56,17 @@
 // which also raises wf and needs job_gen to be the token's, is refused (an
 // item of another generation, whose fence is not comparable).
 //
+// The table also holds one item per job_gen that is no row: the fence
+// marks (RaiseFenceMark, FenceMarks; sink.FenceAheadError says what they
+// are for), key FenceMarkEntity "#fences" + "g<gen>", one number k<kg> per
+// key group, the highest fence a range covering it has taken under that
+// generation, and a version v. Its bucket, not its entity, keeps it apart
+// from the rows (a row's bucket starts with M or H). It has no tag index
+// key and no bucket_shard (so it is in no index) and no expires_at;
+// Scan skips it and BackfillBucketShards leaves it alone, and Get,
+// QueryIndex and QueryBucket, which read rows by their buckets and
+// indexes, never meet it.
+//
 // Why projection ALL: the flush reads every index entry's attributes (the
 // ckpt to compare, the values to keep), so KEYS_ONLY would cost one GetItem
 // per entry, doubling the flush's round trips and read units. ALL costs index

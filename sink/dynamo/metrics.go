@@ -8,7 +8,8 @@ import (
 
 // metrics are the Store's Prometheus metrics, labelled by operation (put,
 // put_final, get, query, query_bucket, scan, remove, delete, create_table,
-// describe_table, update_table, describe_ttl, update_ttl) and carrying
+// describe_table, update_table, describe_ttl, update_ttl, get_fence_mark,
+// raise_fence_mark) and carrying
 // the table name as a constant label.
 type metrics struct {
 	writes    *prometheus.CounterVec   // writes applied

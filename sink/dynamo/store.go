@@ -581,7 +581,7 @@ func shardLimit(limit int) int {
 }
 
 // Scan reads the whole table (strongly consistent), page after page, and
-// calls fn for every item.
+// calls fn for every item but the fence mark items (FenceMarkEntity).
 func (s *Store) Scan(ctx context.Context, fn func(sink.Item) error) error {
 	var start map[string]types.AttributeValue
 	for {
@@ -613,6 +613,9 @@ func (s *Store) each(items []map[string]types.AttributeValue, fn func(sink.Item)
 		it, err := decodeItem(av)
 		if err != nil {
 			return err
+		}
+		if isFenceMark(it.Key) {
+			continue // no row
 		}
 		if err := fn(it); err != nil {
 			return err

@@ -211,7 +211,8 @@ func (s *Store) addBucketIndex(ctx context.Context, tapi TableAPI, t *types.Tabl
 // table that CreateTableAdded reported added = true for, once. Each write
 // is conditioned on the row's existence, so it never brings back a row the
 // flush deleted meanwhile; a concurrent write of the row sets the same
-// value. It is idempotent and may run while the job writes.
+// value. It is idempotent and may run while the job writes. Fence mark
+// items (FenceMarkEntity) are no rows and are left without the attribute.
 func (s *Store) BackfillBucketShards(ctx context.Context) (int, error) {
 	var start map[string]types.AttributeValue
 	set := 0
@@ -239,6 +240,9 @@ func (s *Store) BackfillBucketShards(ctx context.Context) (int, error) {
 			}
 			if k.Bucket, _, err = getS(av, attrBucket); err != nil {
 				return set, fmt.Errorf("dynamo: backfill %s: %w", BucketShardAttribute, err)
+			}
+			if isFenceMark(k) {
+				continue // no row: it stays out of the index
 			}
 			keys = append(keys, k)
 		}
