@@ -69,6 +69,11 @@ type Options struct {
 	// once more with a nil job when it has stopped (err is why, nil for a
 	// clean stop). For the status endpoint and tests; it must not block.
 	OnRange func(r windowing.KeyGroups, job *runtime.Job, err error)
+	// SweepDelay is how long after taking a range over a worker waits
+	// before its fence sweep (docs/scale-out.md §6.5.4): past it, no write
+	// the old holder signed before the takeover can still land. Default
+	// DefaultSweepDelay.
+	SweepDelay time.Duration
 	// FenceMarks, if set, ties the lease table's fences to the rows table
 	// (see FenceMarks): Run refuses to start when a key group's mark is
 	// above the lease table's counters, and each range raises the marks of
@@ -166,6 +171,12 @@ func New(o Options) (*Fleet, error) {
 	}
 	if o.ScanEvery < 0 {
 		errs = append(errs, fmt.Errorf("scan interval %s must not be negative", o.ScanEvery))
+	}
+	if o.SweepDelay < 0 {
+		errs = append(errs, fmt.Errorf("sweep delay %s must not be negative", o.SweepDelay))
+	}
+	if o.SweepDelay == 0 {
+		o.SweepDelay = DefaultSweepDelay
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("fleet: %w", errors.Join(errs...))
@@ -391,6 +402,9 @@ func (f *Fleet) runPipeline(ctx context.Context, p *pipeline) error {
 		return claim, nil
 	}}
 	if err := f.raiseFenceMark(ctx, p, cfg); err != nil {
+		return err
+	}
+	if err := f.oweSweep(ctx, p.r, p.claim); err != nil {
 		return err
 	}
 	job, err := runtime.Open(ctx, cfg)

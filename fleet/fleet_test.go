@@ -51,6 +51,8 @@ type world struct {
 	// otherwise); openSource, if set, replaces the Kinesis source.
 	leaseAPI   lease.RangeAPI
 	openSource source.Open
+	// sweepDelay, if set, is the workers' Options.SweepDelay.
+	sweepDelay time.Duration
 }
 
 const testJob = "job"
@@ -130,7 +132,7 @@ func (w *world) fleet(id string) *Fleet {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	f, err := New(Options{Worker: lw, ScanEvery: 100 * time.Millisecond, Logger: logger,
+	f, err := New(Options{Worker: lw, ScanEvery: 100 * time.Millisecond, Logger: logger, SweepDelay: w.sweepDelay,
 		Config: func(r windowing.KeyGroups) (runtime.Config, error) {
 			w.mu.Lock()
 			w.starts[id] = append(w.starts[id], r.String())

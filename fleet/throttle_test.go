@@ -19,8 +19,8 @@ import (
 
 // TestThrottledShardHoldsTheFleetWatermark: three workers read a 3-shard
 // stream in three ranges while one shard answers every GetRecords with
-// ProvisionedThroughputExceededException for 12 s, 24 times the
-// shards' idleness. Clicks keep arriving on
+// ProvisionedThroughputExceededException for 60 s, twice the default
+// idleness of a shard (30 s) and 120 times these workers' (500 ms). Clicks keep arriving on
 // every shard, among them clicks of their own ads on the throttled shard,
 // stamped with the time they were put. While the shard is throttled no
 // range may commit a watermark past the first of those clicks (the
@@ -64,12 +64,12 @@ func TestThrottledShardHoldsTheFleetWatermark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	until := time.Now().Add(12 * time.Second)
+	until := time.Now().Add(60 * time.Second)
 	w.api.Throttle(w.stream, throttled, until)
 	first := putThrottled(5)
 	checks := 0
-	for next := time.Now(); time.Now().Before(until.Add(-time.Second)); time.Sleep(250 * time.Millisecond) {
-		p.put(10)
+	for next := time.Now(); time.Now().Before(until.Add(-time.Second)); time.Sleep(time.Second) {
+		p.put(20)
 		putThrottled(2)
 		if time.Now().Before(next) {
 			continue
@@ -88,7 +88,7 @@ func TestThrottledShardHoldsTheFleetWatermark(t *testing.T) {
 		}
 		checks++
 	}
-	if checks < 5 {
+	if checks < 30 {
 		t.Fatalf("only %d watermark checks during the throttle", checks)
 	}
 	if n := w.api.Calls("GetRecords"); n == 0 {

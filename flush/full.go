@@ -95,18 +95,20 @@ var writers = sink.TaggedWriters
 //     scope's writes are found) and applies Decide to each item: minute items are
 //     deleted (or only stripped of fast_* if they carry other attributes);
 //     late totals and the fast roll-ups of hour items are rewritten from st
-//     with tag c and generation o.Gen, or removed where st holds none. Deletes and removes
+//     with tag o.RewriteEpoch (c unless given) and generation o.Gen, or
+//     removed where st holds none. Deletes and removes
 //     are conditioned on the <w>_ckpt seen; an item found changed is read
 //     again and decided again. Attributes written by a newer generation
 //     than o.Gen are left alone (job_gen fencing), and so are items a
 //     newer owner of the range wrote (o.Fence, the lease fence). Every
 //     rewrite, Remove and Delete carries the token (o.Gen, o.Fence).
-//  2. If totals is not nil: every total in ts is written with Epoch c
-//     (SetTotals records it under epoch c, which must survive: a later
-//     restore from c or earlier has to find it); every key recorded under
-//     an epoch in [c, o.High] that ts lacks is deleted; and only then the
-//     bookkeeping of epochs (c, o.High] is dropped, since every key in it
-//     has by then been rewritten under c or deleted. When totals is a view
+//  2. If totals is not nil: every total in ts is written with Epoch
+//     o.RewriteEpoch (c unless given; SetTotals records it under that
+//     epoch, which must survive: a later restore from c or earlier has to
+//     find it); every key recorded under an epoch in [c, o.High] that ts
+//     lacks is deleted; and only then the bookkeeping of epochs
+//     (c, o.High] is dropped, since every key in it has by then been
+//     rewritten under the rewrite epoch or deleted. When totals is a view
 //     with an index scope, all of this bookkeeping is that scope's.
 //
 // Every write goes through a token bucket of o.WritesPerSec. Row-store calls
@@ -144,7 +146,10 @@ func Full(ctx context.Context, rows sink.Rows, totals sink.Totals, st State, ts 
 	r := newRunner(rows, &l, "flush", newMetrics(o.Registerer))
 	r.tok = &tok
 	r.prog = progress{fn: o.Progress, logger: o.Logger, lastLog: r.start, queriesTotal: queriesOf(o.Restored, o.High)}
-	f := &fullRun{runner: r, c: o.Restored, gen: o.Gen, fence: o.Fence, st: st}
+	f := &fullRun{runner: r, c: o.Restored, epoch: o.RewriteEpoch, gen: o.Gen, fence: o.Fence, st: st}
+	if f.epoch == 0 {
+		f.epoch = o.Restored
+	}
 	r.setPhase(PhaseRows)
 	err = r.eachIndexed(ctx, o.Restored, o.High, f.item)
 	if err == nil && totals != nil {
@@ -167,6 +172,7 @@ func Full(ctx context.Context, rows sink.Rows, totals sink.Totals, st State, ts 
 type fullRun struct {
 	*runner
 	c     int64
+	epoch int64 // the tag of the run's own writes (Options.RewriteEpoch)
 	gen   int64
 	fence int64
 	st    State
@@ -193,6 +199,7 @@ func (f *fullRun) item(ctx context.Context, it sink.Item, w sink.Writer) error {
 		var applied bool
 		switch act.Kind {
 		case RewriteLate, RewriteFast:
+			act.Epoch = f.epoch
 			if upToDate(it, act, f.gen, f.fence, scope) {
 				return nil
 			}
@@ -265,7 +272,7 @@ func (f *fullRun) totals(ctx context.Context, totals sink.Totals, ts TotalsState
 		return nil
 	}
 	err := ts.Totals(func(t sink.Total) error {
-		t.Epoch = f.c
+		t.Epoch = f.epoch
 		batch = append(batch, t)
 		if len(batch) == totalsBatch {
 			return write()

@@ -515,3 +515,49 @@ func TestFullFenceNeedsFencedRows(t *testing.T) {
 		t.Errorf("Full with fence -1: nil error")
 	}
 }
+
+// With RewriteEpoch the run's own writes (a late total rewritten from
+// state, the running totals) carry that tag instead of the restored
+// checkpoint's: a range holder writes above every epoch a predecessor may
+// have used, so a later fence sweep of [Restored, High] never finds them.
+func TestFullRewriteEpochTagsTheRunsOwnWrites(t *testing.T) {
+	ctx := context.Background()
+	rows := sinktest.NewMemRows()
+	totals := sinktest.NewMemTotals()
+	k := sink.Key{Entity: "ad_7", Bucket: hour("10")}
+	mustPut(t, rows, sink.Put{Key: k, Writer: sink.Late, Valid: 9, Epoch: 42, Gen: 7})
+	st := newRestored()
+	st.late[lateKey{"ad_7", startOf(t, hour("10"))}] = [2]int64{4, 40}
+	tk := sink.TotalKey{Ad: "ad_7", StartMs: startOf(t, hour("10")), Hour: true}
+	st.totals[tk] = sink.Total{Ad: tk.Ad, StartMs: tk.StartMs, Hour: true, Valid: 4, SpendMicros: 40}
+	o := unlimited()
+	o.RewriteEpoch = 44
+	rep, err := Full(ctx, rows, totals, st, st, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.LateRewritten != 1 || rep.TotalsRewritten != 1 {
+		t.Errorf("report %+v, want one late total and one running total rewritten", rep)
+	}
+	if it, ok, _ := rows.Get(ctx, k); !ok || it.Late.Valid != 4 || it.Late.Ckpt != 44 {
+		t.Errorf("late total after the flush: %+v (present %v); want 4 tagged 44", it.Late, ok)
+	}
+	var at []int64
+	for e := int64(40); e <= 45; e++ {
+		if err := totals.TotalsWritten(ctx, e, func(got sink.TotalKey) error {
+			if got == tk {
+				at = append(at, e)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(at) != 1 || at[0] != 44 {
+		t.Errorf("the running total is recorded under epochs %v, want [44]", at)
+	}
+	o.RewriteEpoch = 40
+	if _, err := Full(ctx, rows, totals, st, st, o); err == nil || !strings.Contains(err.Error(), "rewrite epoch 40") {
+		t.Errorf("a rewrite epoch below the restored checkpoint: got %v, want it refused", err)
+	}
+}

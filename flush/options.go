@@ -41,6 +41,14 @@ type Options struct {
 	// to them are refused. Above 0 it needs a row store that takes tokens
 	// (sink.FencedRows).
 	Fence int64
+	// RewriteEpoch is the tag of the run's own rewrites (rows rewritten
+	// from state, totals written), ≥ Restored; 0 means Restored. A range
+	// holder gives the epoch it writes next, above High, so that nothing
+	// it writes itself is tagged in [Restored, High], and a later fence
+	// sweep of those epochs finds only its predecessors' writes. A fence
+	// sweep (Restored, High the epochs a taken-over holder may have
+	// written) gives the epoch being written now.
+	RewriteEpoch int64
 	// WritesPerSec limits the flush's own writes (item writes, totals
 	// written, totals deleted), so live output keeps its capacity. Default
 	// DefaultWritesPerSec; math.Inf(1) turns the limit off.
@@ -198,6 +206,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Fence < 0 {
 		errs = append(errs, fmt.Errorf("flush: fence %d must not be negative", o.Fence))
+	}
+	if o.RewriteEpoch != 0 && o.RewriteEpoch < o.Restored {
+		errs = append(errs, fmt.Errorf("flush: rewrite epoch %d is below the restored checkpoint %d", o.RewriteEpoch, o.Restored))
 	}
 	l := o.limits()
 	errs = append(errs, l.validate()...)

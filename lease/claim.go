@@ -34,6 +34,9 @@ type Claim struct {
 	kind  Kind
 	rng   Range
 	fence int64
+	// prevFence is the fence of the holder this take took over (the item
+	// was held, not released, when it was taken); 0 otherwise.
+	prevFence int64
 
 	running atomic.Bool
 
@@ -58,6 +61,13 @@ func newClaim(w *Worker, it Item, owner string, f int64) *Claim {
 	return &Claim{w: w, owner: owner, key: it.Key, kind: it.Kind, rng: it.Range, fence: f, counter: it.Counter, item: it,
 		ended: ended, endCause: endCause}
 }
+
+// TookOver returns the fence of the holder this claim's take took over,
+// and whether it did: the item was still held by a holder that had stopped
+// renewing, which may be paused rather than dead and still land writes it
+// signed before (a fence sweep is owed). A take of a released item, or of
+// a handoff, took over nobody.
+func (c *Claim) TookOver() (fence int64, ok bool) { return c.prevFence, c.prevFence > 0 }
 
 // Key returns the lease key.
 func (c *Claim) Key() string { return c.key }
@@ -93,10 +103,7 @@ func (c *Claim) Item() Item {
 	defer c.mu.Unlock()
 	it := c.item
 	it.Origins = slices.Clone(it.Origins)
-	if it.SweepDue != nil {
-		s := *it.SweepDue
-		it.SweepDue = &s
-	}
+	it.SweepsDue = slices.Clone(it.SweepsDue)
 	return it
 }
 
@@ -470,25 +477,21 @@ func (c *Claim) Commit(ctx context.Context, cp Checkpoint) error {
 	})
 }
 
-// SetSweepDue records the fence sweep this holder owes (after a takeover,
-// §6.5), conditional on owner and fence. It replaces any sweep due read at
-// the take: merge the two first (the lower From, the higher To).
-func (c *Claim) SetSweepDue(ctx context.Context, s SweepDue) error {
-	return c.fenced(ctx, "record the sweep due of", condFenc, updSweep, map[string]types.AttributeValue{":sd": sweepValue(s)}, func(cur Item) error {
-		if cur.SweepDue != nil && *cur.SweepDue == s {
+// SetSweepsDue records the fence sweeps this holder owes (§6.5),
+// conditional on owner and fence: after a takeover, those read at the take
+// and its own; after a sweep, those still owed (none removes the
+// attribute). Only the holder writes them, so a read-modify-write under
+// the fence is safe.
+func (c *Claim) SetSweepsDue(ctx context.Context, ss []SweepDue) error {
+	upd, vals := updSweep, map[string]types.AttributeValue{":sd": sweepsValue(ss)}
+	if len(ss) == 0 {
+		upd, vals = updClearSweep, map[string]types.AttributeValue{}
+	}
+	return c.fenced(ctx, "record the sweeps due of", condFenc, upd, vals, func(cur Item) error {
+		if slices.EqualFunc(cur.SweepsDue, ss, SweepDue.same) {
 			return nil
 		}
-		return fmt.Errorf("lease: record the sweep due of %s: refused", c.key)
-	})
-}
-
-// ClearSweepDue removes the sweep due, once the sweep is done.
-func (c *Claim) ClearSweepDue(ctx context.Context) error {
-	return c.fenced(ctx, "clear the sweep due of", condFenc, updClearSweep, map[string]types.AttributeValue{}, func(cur Item) error {
-		if cur.SweepDue == nil {
-			return nil
-		}
-		return fmt.Errorf("lease: clear the sweep due of %s: refused", c.key)
+		return fmt.Errorf("lease: record the sweeps due of %s: refused", c.key)
 	})
 }
 

@@ -173,11 +173,19 @@ type Origin struct {
 // SweepDue is a fence sweep a new owner owes after a takeover (§6.5): the
 // writes of fences below its own in epochs [From, To] are removed once
 // NotBefore (wall clock, an AWS signature window after the takeover) has
-// passed.
+// passed. A holder never tags its own writes with an epoch of a sweep it
+// owes: after a restore it writes epochs above the item's epoch high
+// (runtime), so everything tagged in [From, To] is a predecessor's.
 type SweepDue struct {
 	Fence     int64 // the fence of the holder taken over
 	From, To  int64 // epochs
 	NotBefore time.Time
+}
+
+// same reports whether two sweeps due are the same obligation (NotBefore
+// compared as an instant: a read one has no monotonic reading).
+func (s SweepDue) same(o SweepDue) bool {
+	return s.Fence == o.Fence && s.From == o.From && s.To == o.To && s.NotBefore.Equal(o.NotBefore)
 }
 
 // Checkpoint is a committed checkpoint, as recorded in its range's item.
@@ -211,7 +219,10 @@ type Item struct {
 	Checkpoint    Checkpoint
 	EpochHigh     int64
 	Origins       []Origin
-	SweepDue      *SweepDue
+	// SweepsDue are the fence sweeps owed, oldest first: one per takeover
+	// whose sweep is not done yet (a holder taken over before it swept
+	// passes its own obligation on with the new one).
+	SweepsDue []SweepDue
 
 	// Slots.
 	Slot        int
@@ -253,7 +264,7 @@ const (
 	attrEpochHigh     = "epoch_high"     // N, the highest epoch opened
 	attrHandoffTo     = "handoff_to"     // S, a worker asking the holder for the range
 	attrOwnerSwitches = "owner_switches" // N, takes since the last commit
-	attrSweepDue      = "sweep_due"      // M, a fence sweep owed
+	attrSweepDue      = "sweep_due"      // L of M, the fence sweeps owed
 	attrRanges        = "ranges"         // L of S, the ranges map
 	attrVersion       = "version"        // N, the ranges map's version
 	attrSlot          = "slot"           // N, a slot's number
@@ -300,8 +311,8 @@ func decodeLease(job, key string, av map[string]types.AttributeValue) (Item, err
 	if l, ok := av[attrOrigins]; ok {
 		it.Origins = d.origins(l)
 	}
-	if m, ok := av[attrSweepDue]; ok {
-		it.SweepDue = d.sweep(m)
+	if l, ok := av[attrSweepDue]; ok {
+		it.SweepsDue = d.sweeps(l)
 	}
 	if d.err != nil {
 		return Item{}, d.err
@@ -407,25 +418,35 @@ func (d *decoder) origins(v types.AttributeValue) []Origin {
 	return out
 }
 
-func (d *decoder) sweep(v types.AttributeValue) *SweepDue {
-	m, ok := v.(*types.AttributeValueMemberM)
+func (d *decoder) sweeps(v types.AttributeValue) []SweepDue {
+	l, ok := v.(*types.AttributeValueMemberL)
 	if !ok {
-		d.fail("attribute %s is not a map", attrSweepDue)
+		d.fail("attribute %s is not a list", attrSweepDue)
 		return nil
 	}
-	sub := decoder{av: m.Value}
-	s := &SweepDue{Fence: sub.n("fence"), From: sub.n("from"), To: sub.n("to")}
-	if t := sub.s("not_before"); t != "" {
-		at, err := time.Parse(time.RFC3339Nano, t)
-		if err != nil {
-			sub.fail("not_before %q is not an RFC 3339 time", t)
+	var out []SweepDue
+	for _, e := range l.Value {
+		m, ok := e.(*types.AttributeValueMemberM)
+		if !ok {
+			d.fail("attribute %s: an entry is not a map", attrSweepDue)
+			return nil
 		}
-		s.NotBefore = at
+		sub := decoder{av: m.Value}
+		s := SweepDue{Fence: sub.n("fence"), From: sub.n("from"), To: sub.n("to")}
+		if t := sub.s("not_before"); t != "" {
+			at, err := time.Parse(time.RFC3339Nano, t)
+			if err != nil {
+				sub.fail("not_before %q is not an RFC 3339 time", t)
+			}
+			s.NotBefore = at
+		}
+		if sub.err != nil {
+			d.fail("attribute %s: %v", attrSweepDue, sub.err)
+			return nil
+		}
+		out = append(out, s)
 	}
-	if sub.err != nil {
-		d.fail("attribute %s: %v", attrSweepDue, sub.err)
-	}
-	return s
+	return out
 }
 
 func avL(vs []types.AttributeValue) types.AttributeValue {
@@ -454,10 +475,14 @@ func originsValue(os []Origin) types.AttributeValue {
 	return avL(l)
 }
 
-func sweepValue(s SweepDue) types.AttributeValue {
-	return avM(map[string]types.AttributeValue{
-		"fence": avN(s.Fence), "from": avN(s.From), "to": avN(s.To), "not_before": wallString(s.NotBefore),
-	})
+func sweepsValue(ss []SweepDue) types.AttributeValue {
+	l := make([]types.AttributeValue, len(ss))
+	for i, s := range ss {
+		l[i] = avM(map[string]types.AttributeValue{
+			"fence": avN(s.Fence), "from": avN(s.From), "to": avN(s.To), "not_before": wallString(s.NotBefore),
+		})
+	}
+	return avL(l)
 }
 
 // sortItems orders items by key.

@@ -361,19 +361,25 @@ func runWritesScenario(t *testing.T, api RangeAPI, table string) {
 		t.Errorf("child fence %d, parent's %d, epoch_high %d; want the child's above and epoch_high 11", child.Fence(), parent.Fence(), child.Item().EpochHigh)
 	}
 
-	// Sweep due: recorded and cleared under the fence.
-	sw := SweepDue{Fence: 6, From: 3, To: 5, NotBefore: time.Date(2026, 11, 29, 10, 20, 0, 0, time.UTC)}
-	if err := c3.SetSweepDue(ctx, sw); err != nil {
-		t.Fatalf("SetSweepDue: %v", err)
+	// Sweeps due: recorded and cleared under the fence.
+	sw := []SweepDue{
+		{Fence: 5, From: 1, To: 2, NotBefore: time.Date(2026, 11, 29, 10, 10, 0, 0, time.UTC)},
+		{Fence: 6, From: 3, To: 5, NotBefore: time.Date(2026, 11, 29, 10, 20, 0, 0, time.UTC)},
 	}
-	if got := itemOf(t, mustScan(t, w1), k0).SweepDue; got == nil || *got != sw {
-		t.Errorf("sweep due %+v, want %+v", got, sw)
+	if err := c3.SetSweepsDue(ctx, sw); err != nil {
+		t.Fatalf("SetSweepsDue: %v", err)
 	}
-	if err := c3.ClearSweepDue(ctx); err != nil {
-		t.Fatalf("ClearSweepDue: %v", err)
+	if got := itemOf(t, mustScan(t, w1), k0).SweepsDue; !slices.EqualFunc(got, sw, SweepDue.same) {
+		t.Errorf("sweeps due %+v, want %+v", got, sw)
 	}
-	if got := itemOf(t, mustScan(t, w1), k0).SweepDue; got != nil {
-		t.Errorf("sweep due after clearing: %+v, want none", got)
+	if got := c3.Item().SweepsDue; !slices.EqualFunc(got, sw, SweepDue.same) {
+		t.Errorf("the claim's item holds sweeps due %+v, want %+v", got, sw)
+	}
+	if err := c3.SetSweepsDue(ctx, nil); err != nil {
+		t.Fatalf("SetSweepsDue(nil): %v", err)
+	}
+	if got := itemOf(t, mustScan(t, w1), k0).SweepsDue; got != nil {
+		t.Errorf("sweeps due after clearing: %+v, want none", got)
 	}
 
 	// Handoff requests: cancelled by the asker while held; a cancel from a

@@ -595,6 +595,9 @@ func (w *Worker) Take(ctx context.Context, seen Item) (*Claim, error) {
 		}
 		c := newClaim(w, it, me, next)
 		c.confirmed, c.validFrom = true, sent
+		if how == "takeover" {
+			c.prevFence = max(seen.Fence, 1)
+		}
 		w.m.takes.WithLabelValues(seen.Kind.String(), how).Inc()
 		w.logTake(c, seen, how)
 		return c, nil
@@ -606,6 +609,9 @@ func (w *Worker) Take(ctx context.Context, seen Item) (*Claim, error) {
 	cur, rerr := w.read(ctx, key)
 	if rerr == nil && cur.Owner == me && cur.Fence == next {
 		c := newClaim(w, cur, me, next)
+		if how == "takeover" {
+			c.prevFence = max(seen.Fence, 1)
+		}
 		if err := c.Renew(ctx); err != nil {
 			return nil, fmt.Errorf("lease: take %s: confirming a take whose answer was lost: %w", key, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/adclick/adclick/eventtime"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -436,6 +437,13 @@ func RemoveEpochs(ctx context.Context, store Store, from int64) (int, error) {
 // it removes what their manifests of epochs ≥ from list, and nothing any
 // other scope wrote.
 func RemoveEpochsIn(ctx context.Context, store Store, scope string, from int64) (int, error) {
+	return RemoveEpochsBetween(ctx, store, scope, from, math.MaxInt64)
+}
+
+// RemoveEpochsBetween is RemoveEpochsIn for the epochs in [from, to] only:
+// a fence sweep removes a predecessor's epochs and keeps the holder's own,
+// which are all above them.
+func RemoveEpochsBetween(ctx context.Context, store Store, scope string, from, to int64) (int, error) {
 	dir := manifestDir(scope)
 	start := ""
 	if from > 0 {
@@ -444,7 +452,7 @@ func RemoveEpochsIn(ctx context.Context, store Store, scope string, from int64) 
 	var mans []string
 	err := store.List(ctx, dir+"e", start, func(key string) error {
 		e, ok := manifestEpoch(dir, key)
-		if ok && e >= from {
+		if ok && e >= from && e <= to {
 			mans = append(mans, key)
 		}
 		return nil

@@ -91,3 +91,40 @@ func TestNewScopedWriterRefusesBadNames(t *testing.T) {
 		}
 	}
 }
+
+// A fence sweep removes a predecessor's epochs [from, to] of its scope and
+// keeps the holder's own, above them, and every other scope's.
+func TestRemoveEpochsBetweenKeepsLaterEpochs(t *testing.T) {
+	ctx := context.Background()
+	st := newMemStore()
+	const h10 = 1_795_946_400_000 // 2026-11-29T10:00Z
+	write := func(scope, prefix string, epochs ...int64) {
+		t.Helper()
+		w, err := NewScopedWriter(st, scope, "preagg-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range epochs {
+			id := prefix + "-e" + strconv.FormatInt(e, 10)
+			w.Add(&latepath.Record{Verdict: latepath.VerdictCounted, ClickID: id, AdID: prefix, CampaignID: "k",
+				DeviceID: "d", ImpressionMs: h10, DeviceMs: h10 + e, EventMs: h10 + e, ArrivalMs: h10 + e + 5, Shard: "S1"})
+			if err := w.Flush(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write("kg0-16", "a", 1, 2, 3, 4, 5)
+	write("kg16-32", "b", 2, 3)
+	n, err := RemoveEpochsBetween(ctx, st, "kg0-16", 2, 3)
+	if err != nil || n != 2 {
+		t.Fatalf("RemoveEpochsBetween(kg0-16, 2, 3) = %d, %v; want 2 objects removed", n, err)
+	}
+	var ids []string
+	if err := ReadHour(ctx, st, h10, func(r *Row) error { ids = append(ids, r.ClickID); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(ids)
+	if want := []string{"a-e1", "a-e4", "a-e5", "b-e2", "b-e3"}; !slices.Equal(ids, want) {
+		t.Errorf("after removing kg0-16's epochs 2-3 the hour holds %v, want %v", ids, want)
+	}
+}

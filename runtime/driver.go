@@ -78,7 +78,7 @@ func newDriver(j *Job, src source.Source) (*driver, error) {
 		sched:     operator.Schedule{IntervalMs: j.cfg.CheckpointIntervalMs, PauseMs: j.cfg.CheckpointPauseMs},
 		lake:      j.sourceLake,
 		blocked:   j.m.blocked.WithLabelValues("source"),
-		lakeEpoch: j.c,
+		lakeEpoch: j.epoch0,
 	}
 	// Every shard the restored checkpoint tracked takes part in the
 	// watermark from the start, as it did before the restore: a shard with
@@ -585,6 +585,9 @@ func (d *driver) checkpointOnce(ctx context.Context, procMs int64, final, savepo
 	}
 	j.ckptCount++
 	j.m.ckpts.WithLabelValues("completed").Inc()
+	if !final {
+		d.sweepDue(ctx, id)
+	}
 	j.m.ckptDuration.Observe(float64(meta.DurationMs) / 1000)
 	j.m.ckptSize.Set(float64(meta.SizeBytes))
 	j.m.ckptUploaded.Set(float64(meta.Uploaded))

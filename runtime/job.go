@@ -67,6 +67,12 @@ type Job struct {
 	restored   Meta
 	c          int64
 	nextID     int64
+	// epoch0 is the tag of the writes before the first checkpoint: c, or
+	// above every epoch a predecessor may have written (a range claim).
+	epoch0 int64
+	// sweeps are the fence sweeps still owed (a SweepLease's), oldest
+	// first; only the driver touches them once the job runs.
+	sweeps     []Sweep
 	lake       recount.Store
 	sourceLake *recount.Writer
 	pres       []*preSub
@@ -219,6 +225,24 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 		j.restored = meta
 		j.c = meta.ID
 	}
+	high, wrote, err := j.ckpts.high(ctx)
+	if err != nil {
+		j.Close()
+		return nil, err
+	}
+	// The tag of the first writes. A range claim may have a predecessor
+	// that was taken over while writing epochs up to the high the take
+	// read: this holder writes above them, so that a fence sweep can tell
+	// every write tagged there for a predecessor's (SweepLease).
+	j.epoch0 = j.c
+	if j.ckpts.commits != nil && cfg.FromSavepoint == "" && (found || wrote) {
+		j.epoch0 = max(high, j.c) + 1
+	}
+	if j.lease != nil {
+		if sl, ok := j.lease.l.(SweepLease); ok {
+			j.sweeps = sl.SweepsDue()
+		}
+	}
 	j.lake = cfg.Lake
 	if j.lake == nil {
 		if j.lake, err = cfg.OpenLake(); err != nil {
@@ -252,11 +276,6 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 			return nil, err
 		}
 	}
-	high, wrote, err := j.ckpts.high(ctx)
-	if err != nil {
-		j.Close()
-		return nil, err
-	}
 	var rep *flush.Report
 	// Every start from a checkpoint or savepoint flushes (DESIGN §6), and so
 	// does a fresh start after a run that wrote without completing a
@@ -268,7 +287,7 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	if wrote || found {
 		r, err := flush.Full(ctx, j.rows, j.totals, flushState{j}, flushTotals{j}, flush.Options{
-			Restored: j.c, High: flushHigh, Gen: cfg.JobGen, Fence: j.fence, WritesPerSec: cfg.FlushWritesPerSec,
+			Restored: j.c, High: flushHigh, RewriteEpoch: j.epoch0, Gen: cfg.JobGen, Fence: j.fence, WritesPerSec: cfg.FlushWritesPerSec,
 			Registerer: cfg.Registerer, Logger: j.log, Progress: cfg.FlushProgress,
 		})
 		if err != nil {
@@ -311,11 +330,11 @@ func Open(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	// Checkpoint ids never go down: continue after anything an earlier run
 	// may have used; a savepoint start continues at its id + 1.
-	j.nextID = max(high, j.c) + 1
+	j.nextID = max(high, j.epoch0) + 1
 	if cfg.FromSavepoint != "" {
 		j.nextID = j.c + 1
 	}
-	if err := j.ckpts.setHigh(ctx, max(high, j.c)); err != nil {
+	if err := j.ckpts.setHigh(ctx, max(high, j.epoch0)); err != nil {
 		j.Close()
 		return nil, err
 	}
@@ -361,7 +380,7 @@ func (j *Job) build() error {
 		}
 		late := latepath.New(j.cfg.PreAgg.HorizonMs)
 		op, err := operator.NewWin(operator.WinOptions{Index: i, Inputs: p, EarlyFiringMs: j.cfg.EarlyFiringMs,
-			Epoch: j.c, Restored: j.c, Gen: j.cfg.JobGen}, mins, late)
+			Epoch: j.epoch0, Restored: j.c, Gen: j.cfg.JobGen}, mins, late)
 		if err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
@@ -386,7 +405,7 @@ func (j *Job) build() error {
 		if err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
-		op, err := operator.NewPre(operator.PreOptions{Index: i, Windows: p, HorizonMs: j.cfg.PreAgg.HorizonMs, Epoch: j.c,
+		op, err := operator.NewPre(operator.PreOptions{Index: i, Windows: p, HorizonMs: j.cfg.PreAgg.HorizonMs, Epoch: j.epoch0,
 			NewPartials: newPartials(freeParts)}, pa, d)
 		if err != nil {
 			return fmt.Errorf("runtime: %w", err)

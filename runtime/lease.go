@@ -59,6 +59,37 @@ type CommitLease interface {
 	Commit(ctx context.Context, id int64, key string, watermarkMs int64) error
 }
 
+// Sweep is a fence sweep the holder of a range owes (docs/scale-out.md
+// §6.5.4): a predecessor that was taken over, not released, may still land
+// writes it signed before it lost the range, tagged with epochs in
+// [From, To]. Once NotBefore (wall time: the AWS signature window after
+// the takeover) has passed, none can land any more, and the sweep applies
+// the restore flush's rule to what is tagged there, from current state.
+type Sweep struct {
+	Fence     int64 // the holder taken over
+	From, To  int64 // epochs
+	NotBefore time.Time
+}
+
+// SweepLease is a CommitLease that carries fence sweeps: the obligations
+// recorded in the lease item (by the takeover that created them, or
+// inherited from a holder that did not finish them), and the way to mark
+// them done. The obligation stays in the item until SweepsDone, so a crash
+// passes it to the next holder.
+//
+// With a SweepLease the job never tags a write of its own with an epoch at
+// or below the epoch high the take read: its first epoch after a restore is
+// that high + 1, so everything tagged in a sweep's [From, To] is a
+// predecessor's (or the restore flush's own rewrite, which the sweep
+// rewrites again from current state).
+type SweepLease interface {
+	CommitLease
+	// SweepsDue returns the sweeps owed, as the take read them.
+	SweepsDue() []Sweep
+	// SweepsDone records that the sweeps left are all that is still owed.
+	SweepsDone(ctx context.Context, left []Sweep) error
+}
+
 // LeaseConfig makes a job hold a Lease.
 type LeaseConfig struct {
 	// Acquire takes the lease, waiting out a holder that stopped renewing

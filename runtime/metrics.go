@@ -42,6 +42,8 @@ type metrics struct {
 	totalsErrors   prometheus.Counter
 	totalsUp       prometheus.Gauge
 	restores       prometheus.Counter
+	sweeps         *prometheus.CounterVec
+	sweepsOwed     prometheus.Gauge
 	restoreSecs    prometheus.Gauge
 	blocked        *prometheus.CounterVec
 	dedupBytes     *prometheus.GaugeVec
@@ -87,7 +89,11 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		totalsErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_totals_errors_total", Help: "Failed running-total writes; dashboards are stale until the store answers and totals are rewritten from state."}),
 		totalsUp:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_totals_store_up", Help: "1 while the running-total store accepts writes."}),
 		restores:     prometheus.NewCounter(prometheus.CounterOpts{Name: "adclick_restores_total", Help: "Starts from a checkpoint or savepoint (each followed by the full flush)."}),
-		restoreSecs:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_restore_flush_seconds", Help: "Duration of the last restore and full flush."}),
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_fence_sweeps_total",
+			Help: "Fence sweeps of a taken-over predecessor's epochs, by result (done, failed: retried at the next checkpoint)."}, []string{"result"}),
+		sweepsOwed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_fence_sweeps_owed",
+			Help: "Fence sweeps this range still owes (recorded in its lease item), due or waiting for the signature window."}),
+		restoreSecs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "adclick_restore_flush_seconds", Help: "Duration of the last restore and full flush."}),
 		blocked: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "adclick_backpressure_seconds_total",
 			Help: "Time senders spent blocked on a full channel (backpressure), by stage."}, []string{"stage"}),
 		dedupBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "adclick_dedup_filter_bytes",
@@ -113,13 +119,15 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	if r != nil {
 		for _, c := range []prometheus.Collector{m.records, m.notOwned, m.lateness, m.partials, m.firings, m.watermark, m.watermarkLag,
 			m.shardWatermark, m.shardIdle, m.ckptDuration, m.ckpts, m.ckptSize, m.ckptUploaded, m.lastCkptID, m.lastCkptTime, m.writes,
-			m.refused, m.sinkRetries, m.totalsErrors, m.totalsUp, m.restores, m.restoreSecs, m.blocked,
+			m.refused, m.sinkRetries, m.totalsErrors, m.totalsUp, m.restores, m.sweeps, m.sweepsOwed, m.restoreSecs, m.blocked,
 			m.dedupBytes, m.dedupVain, m.dedupGets, m.dedupFolds} {
 			r.MustRegister(c)
 		}
 	}
 	m.ckpts.WithLabelValues("completed")
 	m.ckpts.WithLabelValues("failed")
+	m.sweeps.WithLabelValues("done")
+	m.sweeps.WithLabelValues("failed")
 	return m
 }
 

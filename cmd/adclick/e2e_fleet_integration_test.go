@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,6 +49,9 @@ type fleetLog struct {
 	To      string    `json:"to"` // the worker a range is handed over to
 	// CallMs is the poll spacing a range's reader was given.
 	CallMs *int64 `json:"call_interval_ms"`
+	// FromEpoch and ToEpoch are a fence sweep's epochs.
+	FromEpoch *int64 `json:"from_epoch"`
+	ToEpoch   *int64 `json:"to_epoch"`
 }
 
 func freeAddr(t *testing.T) string {
@@ -204,6 +208,90 @@ func settled(ws []*fleetWorker, ranges int) bool {
 	return true
 }
 
+// midCheckpoint waits until one of worker id's ranges is in the middle of a
+// checkpoint: its lease item has an epoch opened above the committed
+// checkpoint (the barrier is out, the checkpoint not yet committed).
+func midCheckpoint(t *testing.T, table, job, id string) {
+	t.Helper()
+	ddb := testenv.DynamoDBClient(t)
+	end := time.Now().Add(20 * time.Second)
+	for time.Now().Before(end) {
+		out, err := ddb.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(table + "-leases")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range out.Items {
+			if strings.HasPrefix(testenv.AttrS(it, "lease_key"), job+"#kg") && strings.HasPrefix(testenv.AttrS(it, "owner"), id+"~") &&
+				testenv.AttrN(it, "epoch_high") > testenv.AttrN(it, "checkpoint") {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("worker %s was never seen in the middle of a checkpoint in 20 s: killed anyway", id)
+}
+
+// owesSweep reports whether a range of the job owes a fence sweep.
+func owesSweep(t *testing.T, table, job string) bool {
+	t.Helper()
+	out, err := testenv.DynamoDBClient(t).Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(table + "-leases"), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range out.Items {
+		if _, owes := it["sweep_due"]; owes && strings.HasPrefix(testenv.AttrS(it, "lease_key"), job+"#kg") {
+			return true
+		}
+	}
+	return false
+}
+
+// sweptEpochs returns, per range, the epochs of every fence sweep the
+// workers' logs say a takeover owed, and checks that each was done.
+func sweptEpochs(t *testing.T, ws []*fleetWorker) map[string][][2]int64 {
+	t.Helper()
+	owed := map[string][][2]int64{}
+	done := map[string]map[[2]int64]bool{}
+	for _, w := range ws {
+		for _, l := range w.logs(t, time.Time{}) {
+			if l.FromEpoch == nil || l.ToEpoch == nil {
+				continue
+			}
+			e := [2]int64{*l.FromEpoch, *l.ToEpoch}
+			switch l.Msg {
+			case "fence sweep owed":
+				owed[l.Range] = append(owed[l.Range], e)
+			case "fence sweep done":
+				if done[l.Range] == nil {
+					done[l.Range] = map[[2]int64]bool{}
+				}
+				done[l.Range][e] = true
+			}
+		}
+	}
+	for r, es := range owed {
+		for _, e := range es {
+			if !done[r][e] {
+				t.Errorf("range %s: the fence sweep of epochs %d-%d was owed and never done", r, e[0], e[1])
+			}
+		}
+	}
+	return owed
+}
+
+// inSwept reports whether epoch e of range r is one a sweep removed.
+func inSwept(swept map[string][][2]int64, r string, e int64) bool {
+	for _, iv := range swept[r] {
+		if e >= iv[0] && e <= iv[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// lakeObjectName is a fenced lake object's name: its range, fence and epoch.
+var lakeObjectName = regexp.MustCompile(`/part-(kg\d+-\d+)-f(\d+)-.*-e(\d{12})\.parquet$`)
+
 func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
 	end := time.Now().Add(d)
@@ -218,14 +306,20 @@ func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 // TestFleetEndToEnd runs one job on three `adclick run --fleet` processes
 // against kinesalite (4 shards), dynalite, s3rver and redis-server, with
 // the job's key groups cut into 6 ranges. While the trace is put in parts,
-// a worker is killed with SIGKILL (twice, each time another), a fourth is
-// added and one is stopped with SIGTERM. After each kill, the survivors
-// restore and flush exactly the ranges the killed worker held (their logs
-// say which), besides any range a handoff moved. At the end, a SIGTERM
-// drains every range, and the rows equal an independent count: for every
-// (ad, hour) fast + late = the valid, de-duplicated clicks, each hour the
-// sum of its minutes, no minute above its truth; the running totals in
-// Valkey equal the rows.
+// a worker is paused with SIGSTOP for longer than its lease, while it reads
+// (its un-checkpointed writes in flight), and resumed with SIGCONT once the
+// others have taken its ranges over; another is killed with SIGKILL in the
+// middle of a checkpoint (an epoch opened in a range's lease item, not yet
+// committed); a fourth is added and one is stopped with SIGTERM. After the
+// pause and the kill, the survivors restore and flush exactly the ranges
+// the victim held (their logs say which), besides any range a handoff
+// moved, and each takeover owes a fence sweep, done once --fence-sweep-delay
+// has passed. At the end, a SIGTERM drains every range, and the rows equal
+// an independent count: for every (ad, hour) fast + late = the valid,
+// de-duplicated clicks, each hour the sum of its minutes, no minute above
+// its truth; the running totals in Valkey equal the rows; no range owes a
+// sweep, and no row or lake object carries a write of a swept epoch (an
+// old holder's); and the recount's final_* equals the independent count.
 func TestFleetEndToEnd(t *testing.T) {
 	t.Parallel() // its own temp dir, stream, table and prefix
 	testenv.Kinesis(t)
@@ -268,7 +362,10 @@ func TestFleetEndToEnd(t *testing.T) {
 		"--flush-writes-per-sec", "1000000", "--kinesis-limit", "100", "--drain",
 		// kinesalite has no read limit: the survivors' catch-up after a
 		// kill must not wait on the fleet's spacing (N ranges × 200 ms).
-		"--kinesis-call-interval-ms", "200"}
+		"--kinesis-call-interval-ms", "200",
+		// Long enough for the paused worker's writes in flight to land
+		// before the sweep (in AWS the signature window sees to that).
+		"--fence-sweep-delay", "5s"}
 	workers := []*fleetWorker{startWorker(t, dir, "w1", args), startWorker(t, dir, "w2", args), startWorker(t, dir, "w3", args)}
 	everyone := slices.Clone(workers)
 	defer func() { dumpLogs(t, everyone) }()
@@ -293,17 +390,27 @@ func TestFleetEndToEnd(t *testing.T) {
 		t.Errorf("%d ranges logged their poll spacing, want at least %d", spaced, ranges)
 	}
 
-	// Kill a worker twice, each time another, with SIGKILL.
+	// Pause a worker past its lease (k = 0), then kill another in the
+	// middle of a checkpoint (k = 1).
 	for k := range 2 {
 		victim := workers[rng.IntN(len(workers))]
 		held := victim.ranges()
+		if k == 0 {
+			put(1) // so that it has writes in flight when it stops
+			time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+		} else {
+			midCheckpoint(t, table, job, victim.id)
+		}
 		killedAt := time.Now()
-		if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		sig := map[int]syscall.Signal{0: syscall.SIGSTOP, 1: syscall.SIGKILL}[k]
+		if err := victim.cmd.Process.Signal(sig); err != nil {
 			t.Fatal(err)
 		}
-		<-victim.done
+		if k == 1 {
+			<-victim.done
+			put(2)
+		}
 		rest := slices.DeleteFunc(slices.Clone(workers), func(w *fleetWorker) bool { return w == victim })
-		put(1 + k)
 		waitUntil(t, "the survivors to take the killed worker's ranges", 90*time.Second, func() bool {
 			h := holders(rest)
 			if len(h) != ranges {
@@ -354,7 +461,17 @@ func TestFleetEndToEnd(t *testing.T) {
 				t.Errorf("kill %d: range %s was restored, though its worker was not killed, did not hand it over and did not lose it", k, r)
 			}
 		}
-		t.Logf("kill %d: %s held %v; taken since: %v; handed over: %v; lost by a survivor: %v", k, victim.id, held, taken, handed, lost)
+		t.Logf("%s %d: %s held %v; taken since: %v; handed over: %v; lost by a survivor: %v", sig, k, victim.id, held, taken, handed, lost)
+		if k == 0 {
+			// The paused worker goes on: its ranges are lost (their late
+			// writes refused or swept), and it takes its share again.
+			if err := victim.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			workers = append(rest, victim)
+			waitUntil(t, "the resumed worker to take its share", 90*time.Second, func() bool { return settled(workers, ranges) })
+			continue
+		}
 		// The killed worker comes back under a new name.
 		back := startWorker(t, dir, fmt.Sprintf("%s-r%d", victim.id, k), args)
 		everyone = append(everyone, back)
@@ -418,6 +535,9 @@ func TestFleetEndToEnd(t *testing.T) {
 		return n == ranges
 	}
 	waitUntil(t, "every range to read the marks", 120*time.Second, func() bool { return readMarks(workers) })
+	// The sweeps the takeovers owe run at the first checkpoint past their
+	// delay (none runs at a final one).
+	waitUntil(t, "every range to have done the fence sweeps it owes", 90*time.Second, func() bool { return !owesSweep(t, table, job) })
 	// Stop every worker with SIGTERM: each range drains and ends with a
 	// final checkpoint. On a loaded machine the drains' writes can slow the
 	// lease store so much that a range misses its renewal and stops
@@ -509,6 +629,44 @@ func TestFleetEndToEnd(t *testing.T) {
 		t.Errorf("rows carry the scopes %v, want %d ranges'", scopes, ranges)
 	}
 
+	// Every takeover's sweep is done: no range owes one, and no row or lake
+	// object is left tagged with an epoch a sweep removed (the epochs an
+	// old holder may have written after the range's committed checkpoint;
+	// a new holder writes above them).
+	swept := sweptEpochs(t, everyone)
+	if len(swept) == 0 {
+		t.Error("no takeover owed a fence sweep, though a worker was paused past its lease and another killed")
+	}
+	t.Logf("fence sweeps by range: %v", swept)
+	for _, r := range rs {
+		for _, ix := range []string{r.FastIx, r.LateIx} {
+			scope, rest, _ := strings.Cut(ix, "/")
+			epoch, _, _ := strings.Cut(rest, "#")
+			if e, err := strconv.ParseInt(epoch, 10, 64); err == nil && inSwept(swept, scope, e) {
+				t.Errorf("%s/%s: tag %s is in an epoch range %s's fence sweep removed", r.Entity, r.Bucket, ix, scope)
+			}
+		}
+	}
+	lakeStore, err := openLake(context.Background(), bucket+"/lake", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := 0
+	if err := lakeStore.List(context.Background(), "hour=", "", func(key string) error {
+		objects++
+		if m := lakeObjectName.FindStringSubmatch(key); m != nil {
+			if e, _ := strconv.ParseInt(m[3], 10, 64); inSwept(swept, m[1], e) {
+				t.Errorf("lake object %s (fence %s) is in an epoch range its range's fence sweep removed", key, m[2])
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if objects == 0 {
+		t.Error("the lake holds no objects")
+	}
+
 	// The recount of a fleet's job judges an hour by the lowest watermark
 	// its ranges committed in the lease table (before, it found no
 	// checkpoint at the --checkpoints root and knew no watermark), and
@@ -524,6 +682,9 @@ func TestFleetEndToEnd(t *testing.T) {
 		if strings.HasPrefix(testenv.AttrS(it, "lease_key"), job+"#kg") {
 			committed++
 			lowest = min(lowest, testenv.AttrN(it, "watermark"))
+			if _, owes := it["sweep_due"]; owes {
+				t.Errorf("range %s still owes a fence sweep at the end", testenv.AttrS(it, "lease_key"))
+			}
 		}
 	}
 	if committed != ranges {
@@ -541,5 +702,32 @@ func TestFleetEndToEnd(t *testing.T) {
 	want := "the job watermark (" + time.UnixMilli(lowest).UTC().Format(time.RFC3339) + ")"
 	if !bytes.Contains(stderr, []byte(want)) || !bytes.Contains(stderr, []byte("not final yet")) {
 		t.Errorf("reconcile of the fleet's hour %s: stderr %s\nwant a refusal naming %s", hour, stderr, want)
+	}
+
+	// Past that watermark (given, as an operator would once the hours are
+	// complete), the recount of the fleet's lake makes every hour final, and
+	// final_* equals the independent count.
+	far := strconv.FormatInt(markMs+4*3_600_000, 10)
+	run(t, 0, "recount", "--all-ready", "--watermark", far, "--sink", "dynamodb:"+table, "--checkpoints", bucket+"/ckpt",
+		"--lake", bucket+"/lake", "--job-name", job, "--log-level", "warn")
+	finals := map[[2]string]sums{}
+	for _, l := range bytes.Split(bytes.TrimSpace(run(t, 0, "rows", "--sink", "dynamodb:"+table)), []byte("\n")) {
+		var r finalRow
+		if err := json.Unmarshal(l, &r); err != nil {
+			t.Fatalf("rows: %s: %v", l, err)
+		}
+		if r.FinalValid != nil {
+			finals[[2]string{r.Entity, r.Bucket}] = sums{*r.FinalValid, *r.FinalSpend}
+		}
+	}
+	for k, want := range ref.hour {
+		if got, ok := finals[k]; !ok || got != want {
+			t.Errorf("%s/%s: final_* %+v (written %v), want the independent count %+v", k[0], k[1], got, ok, want)
+		}
+	}
+	for k, got := range finals {
+		if _, ok := ref.hour[k]; !ok && got.n != 0 {
+			t.Errorf("%s/%s: final_* %+v, nothing counted there", k[0], k[1], got)
+		}
 	}
 }

@@ -32,6 +32,7 @@ import (
 type fleetArgs struct {
 	workerID    string
 	slots       int
+	sweepDelay  time.Duration // fleet.Options.SweepDelay
 	leaseTable  string
 	job         string
 	leaseMs     int64
@@ -153,7 +154,7 @@ func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlag
 		return err
 	}
 	base := cfg
-	f, err := fleet.New(fleet.Options{Worker: w, Slots: a.slots, Logger: log, Registerer: reg, FenceMarks: marks, JobGen: cfg.JobGen,
+	f, err := fleet.New(fleet.Options{Worker: w, Slots: a.slots, SweepDelay: a.sweepDelay, Logger: log, Registerer: reg, FenceMarks: marks, JobGen: cfg.JobGen,
 		Config: func(r windowing.KeyGroups) (runtime.Config, error) {
 			c := base
 			c.DataDir = filepath.Join(base.DataDir, r.String())

@@ -57,7 +57,7 @@ func readFleetMark(ctx context.Context, w *lease.Worker) (*fleetMark, error) {
 		case !it.Exists || it.Checkpoint.ID == 0:
 			fm.notReady = append(fm.notReady, name+" (no committed checkpoint yet)")
 			continue
-		case it.SweepDue != nil:
+		case len(it.SweepsDue) > 0:
 			fm.notReady = append(fm.notReady, name+" (owes a fence sweep)")
 			continue
 		}

@@ -75,7 +75,7 @@ func TestReadFleetMark(t *testing.T) {
 			fm.notReady, fm.watermark, fm.behind, fm.committed, rs[2], rs[0])
 	}
 	// A fence sweep owed keeps the range's writes in doubt.
-	if err := claims[rs[0]].SetSweepDue(ctx, lease.SweepDue{Fence: 1, From: 3, To: 5, NotBefore: time.Unix(1, 0)}); err != nil {
+	if err := claims[rs[0]].SetSweepsDue(ctx, []lease.SweepDue{{Fence: 1, From: 3, To: 5, NotBefore: time.Unix(1, 0)}}); err != nil {
 		t.Fatal(err)
 	}
 	if fm, err = readFleetMark(ctx, w); err != nil {

@@ -98,6 +98,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	keyGroups := fs.String("key-groups", "", "benchmarks and tests, embedded mode only: count only the ads of this key-group range, like kg0-64 (adclick bench's workersN variant); a fleet (--fleet) leases its ranges instead")
 	workerID := fs.String("worker-id", "", "with --fleet: this worker's name in the lease table (default: host name and process id)")
 	maxWorkers := fs.Int("max-workers", fleet.DefaultSlots, "with --fleet: the most workers of the job at once (its slot leases)")
+	sweepDelay := fs.Duration("fence-sweep-delay", fleet.DefaultSweepDelay, "with --fleet: how long after taking a range over from a worker that stopped renewing (paused or dead) the fence sweep runs, removing what that worker still wrote: past AWS's signature window (5 min DynamoDB, 15 min S3), nothing it signed before the takeover can land. Lower only for tests")
 	checkpointsURL := fs.String("checkpoints", "", "keep checkpoints and savepoints in s3://BUCKET/PREFIX (incremental, manifest last) instead of under --data; a restart with an empty --data restores from there")
 	fs.StringVar(&cfg.FromSavepoint, "from-savepoint", "", "start from this savepoint instead of the latest checkpoint (blue/green, rescaling, upgrades): an id in this job's checkpoint store, a local folder, or another job's savepoint in S3 as `adclick savepoint` printed it (s3://BUCKET/PREFIX/manifests/sp-<id>.json)")
 	fs.Int64Var(&cfg.JobGen, "job-gen", 1, "job generation (job_gen) of this version; raise it for each blue/green deployment")
@@ -205,7 +206,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Logger = log
 	cfg.Crash = func() { os.Exit(137) }
 	if *fleetMode {
-		fa := fleetArgs{workerID: *workerID, slots: *maxWorkers, leaseTable: *leaseTable, job: *jobName, leaseMs: *leaseMs,
+		fa := fleetArgs{workerID: *workerID, slots: *maxWorkers, sweepDelay: *sweepDelay, leaseTable: *leaseTable, job: *jobName, leaseMs: *leaseMs,
 			checkpoints: *checkpointsURL, lake: *lakeURL, listen: *listen, allowedHosts: hosts, openSource: rangeSource,
 			consumerRoom: consumerRoom}
 		if err := checkFleet(fa, &sf, &cfg, *exitAfterRestore); err != nil {
@@ -217,8 +218,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return runFleet(ctx, cfg, fa, &sf, reg, log)
 	}
-	if *workerID != "" || fs.Lookup("max-workers").Value.String() != fs.Lookup("max-workers").DefValue {
-		return usageError{errors.New("--worker-id and --max-workers go with --fleet")}
+	if *workerID != "" || fs.Lookup("max-workers").Value.String() != fs.Lookup("max-workers").DefValue ||
+		fs.Lookup("fence-sweep-delay").Value.String() != fs.Lookup("fence-sweep-delay").DefValue {
+		return usageError{errors.New("--worker-id, --max-workers and --fence-sweep-delay go with --fleet")}
 	}
 	if cfg.Lease, err = leaseConfig(ctx, *leaseTable, *jobName, *checkpointsURL, *leaseMs, &sf, log); err != nil {
 		return err
