@@ -391,47 +391,46 @@ func (d *decoder) num(name string, v types.AttributeValue) int64 {
 	return x
 }
 
-func (d *decoder) origins(v types.AttributeValue) []Origin {
+// eachMap calls fn with a decoder of each map in the list attribute name.
+func (d *decoder) eachMap(v types.AttributeValue, name string, fn func(sub *decoder)) {
 	l, ok := v.(*types.AttributeValueMemberL)
 	if !ok {
-		d.fail("attribute %s is not a list", attrOrigins)
-		return nil
+		d.fail("attribute %s is not a list", name)
+		return
 	}
-	var out []Origin
 	for _, e := range l.Value {
 		m, ok := e.(*types.AttributeValueMemberM)
 		if !ok {
-			d.fail("attribute %s holds a non-map", attrOrigins)
-			return nil
+			d.fail("attribute %s holds a non-map", name)
+			return
 		}
 		sub := decoder{av: m.Value}
+		fn(&sub)
+		if sub.err != nil {
+			d.fail("attribute %s: %v", name, sub.err)
+			return
+		}
+	}
+}
+
+func (d *decoder) origins(v types.AttributeValue) []Origin {
+	var out []Origin
+	d.eachMap(v, attrOrigins, func(sub *decoder) {
 		r, err := ParseRange(sub.s("range"))
 		if err != nil {
-			d.fail("attribute %s: %v", attrOrigins, err)
+			sub.fail("%v", err)
 		}
-		o := Origin{Range: r, Checkpoint: sub.n("checkpoint"), Prefix: sub.s("prefix"), EpochHigh: sub.n("epoch_high")}
-		if sub.err != nil {
-			d.fail("attribute %s: %v", attrOrigins, sub.err)
-		}
-		out = append(out, o)
+		out = append(out, Origin{Range: r, Checkpoint: sub.n("checkpoint"), Prefix: sub.s("prefix"), EpochHigh: sub.n("epoch_high")})
+	})
+	if d.err != nil {
+		return nil
 	}
 	return out
 }
 
 func (d *decoder) sweeps(v types.AttributeValue) []SweepDue {
-	l, ok := v.(*types.AttributeValueMemberL)
-	if !ok {
-		d.fail("attribute %s is not a list", attrSweepDue)
-		return nil
-	}
 	var out []SweepDue
-	for _, e := range l.Value {
-		m, ok := e.(*types.AttributeValueMemberM)
-		if !ok {
-			d.fail("attribute %s: an entry is not a map", attrSweepDue)
-			return nil
-		}
-		sub := decoder{av: m.Value}
+	d.eachMap(v, attrSweepDue, func(sub *decoder) {
 		s := SweepDue{Fence: sub.n("fence"), From: sub.n("from"), To: sub.n("to")}
 		if t := sub.s("not_before"); t != "" {
 			at, err := time.Parse(time.RFC3339Nano, t)
@@ -440,11 +439,10 @@ func (d *decoder) sweeps(v types.AttributeValue) []SweepDue {
 			}
 			s.NotBefore = at
 		}
-		if sub.err != nil {
-			d.fail("attribute %s: %v", attrSweepDue, sub.err)
-			return nil
-		}
 		out = append(out, s)
+	})
+	if d.err != nil {
+		return nil
 	}
 	return out
 }

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/adclick/adclick/sink"
@@ -120,28 +118,19 @@ func (s *Store) FenceMarks(ctx context.Context, gen int64) (map[int]int64, error
 // if it has one (versioned is false when there is no item).
 func (s *Store) readMarks(ctx context.Context, gen int64) (marks map[int]int64, version int64, versioned bool, err error) {
 	k := sink.Key{Entity: FenceMarkEntity, Bucket: FenceMarkBucket(gen)}
-	var out *dynamodb.GetItemOutput
-	err = s.do(ctx, "get_fence_mark", func(ctx context.Context) error {
-		var err error
-		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{
-			TableName:      aws.String(s.o.Table),
-			Key:            keyOf(k),
-			ConsistentRead: aws.Bool(true),
-		})
-		return err
-	})
+	item, err := s.getItem(ctx, "get_fence_mark", k)
 	if err != nil {
 		return nil, 0, false, err
 	}
 	marks = map[int]int64{}
-	if out == nil || len(out.Item) == 0 {
+	if len(item) == 0 {
 		return marks, 0, false, nil
 	}
-	if version, versioned, err = getN(out.Item, attrMarkVersion); err != nil {
+	if version, versioned, err = getN(item, attrMarkVersion); err != nil {
 		return nil, 0, false, fmt.Errorf("mark item of job_gen %d in table %s: %w", gen, s.o.Table, err)
 	}
 	for kg := range sink.FenceMarkKeyGroups {
-		m, ok, err := getN(out.Item, markAttr(kg))
+		m, ok, err := getN(item, markAttr(kg))
 		if err != nil {
 			return nil, 0, false, fmt.Errorf("mark item of job_gen %d in table %s: %w", gen, s.o.Table, err)
 		}

@@ -370,8 +370,25 @@ func (s *Store) runAll(ctx context.Context, op string, n int, input func(int) *d
 
 // Get reads the item at k with a strongly consistent read.
 func (s *Store) Get(ctx context.Context, k sink.Key) (sink.Item, bool, error) {
+	av, err := s.getItem(ctx, "get", k)
+	if err != nil {
+		return sink.Item{}, false, fmt.Errorf("dynamo: get item: %w", err)
+	}
+	if len(av) == 0 {
+		return sink.Item{}, false, nil
+	}
+	it, err := decodeItem(av)
+	if err != nil {
+		return sink.Item{}, false, fmt.Errorf("dynamo: get item %v: %w", k, err)
+	}
+	return it, true, nil
+}
+
+// getItem reads the item at k with a strongly consistent read (nil if
+// there is none), counted as op.
+func (s *Store) getItem(ctx context.Context, op string, k sink.Key) (map[string]types.AttributeValue, error) {
 	var out *dynamodb.GetItemOutput
-	err := s.do(ctx, "get", func(ctx context.Context) error {
+	err := s.do(ctx, op, func(ctx context.Context) error {
 		var err error
 		out, err = s.api.GetItem(ctx, &dynamodb.GetItemInput{
 			TableName:      aws.String(s.o.Table),
@@ -380,17 +397,10 @@ func (s *Store) Get(ctx context.Context, k sink.Key) (sink.Item, bool, error) {
 		})
 		return err
 	})
-	if err != nil {
-		return sink.Item{}, false, fmt.Errorf("dynamo: get item: %w", err)
+	if err != nil || out == nil {
+		return nil, err
 	}
-	if out == nil || len(out.Item) == 0 {
-		return sink.Item{}, false, nil
-	}
-	it, err := decodeItem(out.Item)
-	if err != nil {
-		return sink.Item{}, false, fmt.Errorf("dynamo: get item %v: %w", k, err)
-	}
-	return it, true, nil
+	return out.Item, nil
 }
 
 // QueryIndex queries w's tag index (the GSI fast_ix or late_ix) for ix, in

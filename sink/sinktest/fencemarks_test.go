@@ -67,15 +67,9 @@ func TestFenceMarksSuiteCatchesBrokenStores(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			inner := &testing.T{}
-			done := make(chan struct{})
-			// Fatalf calls runtime.Goexit, so run the subtest on its own goroutine.
-			go func() {
-				defer close(done)
+			if !suiteFails(func(inner *testing.T) {
 				c.run(inner, brokenMarks{MemFenceMarks: NewMemFenceMarks("rows"), raise: c.raise})
-			}()
-			<-done
-			if !inner.Failed() {
+			}) {
 				t.Fatalf("the suite passed a store that %s; want a failure", c.name)
 			}
 		})

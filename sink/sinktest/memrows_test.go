@@ -83,15 +83,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			inner := &testing.T{}
-			done := make(chan struct{})
-			// Fatalf calls runtime.Goexit, so run the subtest on its own goroutine.
-			go func() {
-				defer close(done)
-				c.run(inner, brokenRows{MemRows: NewMemRows(), put: c.put})
-			}()
-			<-done
-			if !inner.Failed() {
+			if !suiteFails(func(inner *testing.T) { c.run(inner, brokenRows{MemRows: NewMemRows(), put: c.put}) }) {
 				t.Fatalf("the suite passed a store whose %s; want a failure", c.name)
 			}
 		})
@@ -203,4 +195,18 @@ func wantSuiteFailure(t *testing.T, fn func(t *testing.T)) {
 	if !inner.Failed() {
 		t.Fatal("the suite passed a store that ignores index scopes; want a failure")
 	}
+}
+
+// suiteFails runs a conformance suite against a broken store, on a
+// testing.T of its own, and reports whether it failed.
+func suiteFails(run func(t *testing.T)) bool {
+	inner := &testing.T{}
+	done := make(chan struct{})
+	// Fatalf calls runtime.Goexit, so run the suite on its own goroutine.
+	go func() {
+		defer close(done)
+		run(inner)
+	}()
+	<-done
+	return inner.Failed()
 }
