@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/adclick/adclick/flush"
 	"github.com/adclick/adclick/preagg"
 	"github.com/adclick/adclick/sink"
 )
@@ -72,7 +73,8 @@ type Key struct {
 // Sink models the row store and the running-total store as a reader would
 // see them: minute rows (fast_*) written with the closed-row condition, hour
 // rows with the fast_* roll-up and the late_* total as separate writers'
-// attributes, and running totals. Restore flushes it as the full flush does.
+// attributes, and running totals. Restore flushes it with the full flush's
+// own rule (flush.Decide).
 type Sink struct {
 	minutes  map[Key]Value
 	hourFast map[Key]Value
@@ -111,31 +113,27 @@ func (k *Sink) setTotal(r RowOut) {
 	k.totals[Key{r.Ad, r.StartMs, r.Hour}] = Value{r.Valid, r.SpendMicros, r.Epoch}
 }
 
-// flush is the full flush after restoring checkpoint c: minute rows and
-// hour fast_* attributes tagged ≥ c are removed; late totals tagged ≥ c are
-// rewritten from restored state, or removed if state lacks them; running
-// totals are rewritten from restored state and those tagged ≥ c that state
-// lacks are removed.
-func (k *Sink) flush(c int64, late func(ad string, hourMs int64) (int64, int64, bool), totals func(func(RowOut))) {
-	for key, v := range k.minutes {
-		if v.Epoch >= c {
-			delete(k.minutes, key)
+// flush is the full flush after restoring checkpoint c. The rows are
+// decided by flush.Decide, the rule the runtime's full flush applies (one
+// rule, one place): minute rows tagged ≥ c are deleted; an hour's fast_*
+// roll-up and late_* total tagged ≥ c are rewritten from restored state
+// (tag c), or removed where state holds none. Running totals are rewritten
+// from restored state and those tagged ≥ c that state lacks are removed.
+func (k *Sink) flush(c int64, st flush.State, totals func(func(RowOut))) {
+	type decision struct {
+		key Key
+		act flush.Action
+	}
+	var ds []decision
+	for key, it := range k.items() {
+		for _, w := range sink.TaggedWriters {
+			if it.Attrs(w).Present {
+				ds = append(ds, decision{key, flush.Decide(it, w, c, st)})
+			}
 		}
 	}
-	for key, v := range k.hourFast {
-		if v.Epoch >= c {
-			delete(k.hourFast, key)
-		}
-	}
-	for key, v := range k.late {
-		if v.Epoch < c {
-			continue
-		}
-		if n, sp, ok := late(key.Ad, key.StartMs); ok {
-			k.late[key] = Value{n, sp, c}
-		} else {
-			delete(k.late, key)
-		}
+	for _, d := range ds {
+		k.apply(d.key, d.act)
 	}
 	state := map[Key]Value{}
 	totals(func(r RowOut) { state[Key{r.Ad, r.StartMs, r.Hour}] = Value{r.Valid, r.SpendMicros, c} })
@@ -147,6 +145,71 @@ func (k *Sink) flush(c int64, late func(ad string, hourMs int64) (int64, int64, 
 	for key, v := range state {
 		k.totals[key] = v
 	}
+}
+
+// items returns the rows as the row store holds them: a minute item with
+// fast_*, an hour item with its fast_* roll-up and late_* total.
+func (k *Sink) items() map[Key]sink.Item {
+	out := map[Key]sink.Item{}
+	tagged := func(v Value) sink.Tagged {
+		return sink.Tagged{Present: true, Valid: v.Valid, SpendMicros: v.SpendMicros, Ckpt: v.Epoch}
+	}
+	item := func(key Key) sink.Item {
+		if it, ok := out[key]; ok {
+			return it
+		}
+		b := sink.MinuteBucket(key.StartMs)
+		if key.Hour {
+			b = sink.HourBucket(key.StartMs)
+		}
+		return sink.Item{Key: sink.Key{Entity: key.Ad, Bucket: b}}
+	}
+	for key, v := range k.minutes {
+		it := item(key)
+		it.Fast = tagged(v)
+		out[key] = it
+	}
+	for key, v := range k.hourFast {
+		it := item(key)
+		it.Fast = tagged(v)
+		out[key] = it
+	}
+	for key, v := range k.late {
+		it := item(key)
+		it.Late = tagged(v)
+		out[key] = it
+	}
+	return out
+}
+
+// apply carries out one flush decision on the row at key.
+func (k *Sink) apply(key Key, act flush.Action) {
+	m := k.late
+	if act.Writer == sink.Fast {
+		m = k.minutes
+		if key.Hour {
+			m = k.hourFast
+		}
+	}
+	switch act.Kind {
+	case flush.DeleteItem, flush.RemoveAttrs:
+		delete(m, key)
+	case flush.RewriteFast, flush.RewriteLate:
+		m[key] = Value{act.Valid, act.SpendMicros, act.Epoch}
+	}
+}
+
+// restoredState answers flush.Decide from the restored window and late
+// state.
+type restoredState struct {
+	late, hour func(ad string, hourMs int64) (int64, int64, bool)
+}
+
+func (r restoredState) LateTotal(ad string, hourMs int64) (int64, int64, bool) {
+	return r.late(ad, hourMs)
+}
+func (r restoredState) HourFast(ad string, hourMs int64) (int64, int64, bool) {
+	return r.hour(ad, hourMs)
 }
 
 // Refused returns the number of minute-row writes the closed-row condition

@@ -470,7 +470,8 @@ type RestoreOptions struct {
 // with the floors (the minimum) unless NoFloor and the dedup bookkeeping,
 // their dedup ids copied from the checkpoint, and window subtasks with the
 // checkpoint's window and late state by key group. Then the sink is flushed
-// (every value tagged ≥ id is removed or rewritten from restored state) and
+// by the full flush's rule (flush.Decide: every row value tagged ≥ id is
+// removed or rewritten from restored state) and
 // the sink tag becomes id. The caller replays the clicks after the
 // checkpoint's Position.
 func (s *Story) Restore(id, procMs int64, ro RestoreOptions) error {
@@ -509,7 +510,7 @@ func (s *Story) Restore(id, procMs int64, ro RestoreOptions) error {
 		}
 	}
 	s.position = ck.Position
-	s.sink.flush(id, s.lateState, s.totalsState)
+	s.sink.flush(id, restoredState{late: s.lateState, hour: s.hourState}, s.totalsState)
 	floor := int64(eventtime.NoWatermark)
 	if !ro.NoFloor {
 		floor = ck.Floor()
@@ -520,6 +521,10 @@ func (s *Story) Restore(id, procMs int64, ro RestoreOptions) error {
 
 func (s *Story) lateState(ad string, hourMs int64) (int64, int64, bool) {
 	return s.wins[windowing.Owner(windowing.KeyGroup(ad), len(s.wins))].Late().Get(ad, hourMs)
+}
+
+func (s *Story) hourState(ad string, hourMs int64) (int64, int64, bool) {
+	return s.wins[windowing.Owner(windowing.KeyGroup(ad), len(s.wins))].Minutes().HourClosed(ad, hourMs)
 }
 
 func (s *Story) totalsState(fn func(RowOut)) {
