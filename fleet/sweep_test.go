@@ -89,3 +89,69 @@ func TestTakeoverSweepsTheOldHoldersLateWrites(t *testing.T) {
 	b.stop(t)
 	checkRows(t, w.store, p.hour)
 }
+
+// The obligation survives its holder: b takes the range over from a and
+// owes a's sweep, then is itself taken over by c before the sweep is due.
+// c owes both (a's, read at its take, and b's), and once the delay has
+// passed it sweeps a's late write away and clears both. Fails if a take
+// replaced the sweeps it read instead of adding to them.
+func TestSweepOwedPassesToTheNextHolder(t *testing.T) {
+	w := newWorld(t, 1, 1, kinesis.ReadPoll)
+	w.sweepDelay = 3 * time.Second
+	ctx := context.Background()
+	p := &putter{w: w, base: time.Now().Add(-9 * time.Minute).UnixMilli(), seen: map[string]bool{}, hour: map[sink.Key]sums{}}
+	stallA, stallB := &stallingLeases{Mem: w.leases}, &stallingLeases{Mem: w.leases}
+	w.leaseAPI = stallA
+	a := w.start("a")
+	lw, err := lease.NewWorker(w.leases, lease.WorkerOptions{Table: "leases", Job: testJob})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := lease.RangeKey(testJob, lease.Range{From: 0, To: 128})
+	item := func() lease.Item {
+		t.Helper()
+		it, _, err := lw.Read(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return it
+	}
+	waitFor(t, "a to run the range", 20*time.Second, func() bool { return len(a.f.Status()) == 1 })
+	p.put(200)
+	waitFor(t, "a to commit a checkpoint", 20*time.Second, func() bool { return item().Checkpoint.ID > 1 })
+	stallA.stalled.Store(true)
+	t.Cleanup(func() { stallA.stalled.Store(false); a.cancel(); <-a.done })
+	w.leaseAPI = stallB
+	b := w.start("b")
+	waitFor(t, "b to run the range", 20*time.Second, func() bool { return len(b.f.Status()) == 1 })
+	owedA := item().SweepsDue
+	if len(owedA) != 1 {
+		t.Fatalf("after b's takeover the item owes %+v; want a's sweep", owedA)
+	}
+	stallB.stalled.Store(true)
+	t.Cleanup(func() { stallB.stalled.Store(false); b.cancel(); <-b.done })
+	w.leaseAPI = nil
+	c := w.start("c")
+	waitFor(t, "c to run the range", 20*time.Second, func() bool { return len(c.f.Status()) == 1 })
+	owed := item().SweepsDue
+	if len(owed) != 2 || !owed[0].NotBefore.Equal(owedA[0].NotBefore) || owed[0].From != owedA[0].From {
+		t.Fatalf("after c's takeover the item owes %+v; want a's sweep %+v, then b's", owed, owedA[0])
+	}
+	var gen int64
+	for _, st := range c.f.Status() {
+		gen = st.JobGen
+	}
+	late := sink.Put{Key: sink.Key{Entity: "ad_stale", Bucket: sink.MinuteBucket(p.base - p.base%60_000)}, Writer: sink.Fast,
+		Valid: 5, SpendMicros: 500, Epoch: owedA[0].To, Gen: gen, Fence: owedA[0].Fence, ClosedRow: true, RestoredCkpt: owedA[0].From}
+	if refused, err := w.store.Put(ctx, []sink.Put{late}); err != nil || refused != 0 {
+		t.Fatalf("a's late write: refused %d, err %v", refused, err)
+	}
+	waitFor(t, "c to do both sweeps", 30*time.Second, func() bool { return len(item().SweepsDue) == 0 })
+	if _, found, err := w.store.Get(ctx, late.Key); err != nil || found {
+		t.Errorf("a's late row after c's sweeps: found %v, err %v; want it removed", found, err)
+	}
+	mark := p.mark()
+	waitFor(t, "c to read what was put", 30*time.Second, func() bool { return caughtUp(1, mark, c) })
+	c.stop(t)
+	checkRows(t, w.store, p.hour)
+}

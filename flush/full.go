@@ -146,7 +146,7 @@ func Full(ctx context.Context, rows sink.Rows, totals sink.Totals, st State, ts 
 	r := newRunner(rows, &l, "flush", newMetrics(o.Registerer))
 	r.tok = &tok
 	r.prog = progress{fn: o.Progress, logger: o.Logger, lastLog: r.start, queriesTotal: queriesOf(o.Restored, o.High)}
-	f := &fullRun{runner: r, c: o.Restored, epoch: o.RewriteEpoch, gen: o.Gen, fence: o.Fence, st: st}
+	f := &fullRun{runner: r, c: o.Restored, epoch: o.RewriteEpoch, gen: o.Gen, fence: o.Fence, st: st, staleOnly: o.StaleTotalsOnly}
 	if f.epoch == 0 {
 		f.epoch = o.Restored
 	}
@@ -173,9 +173,11 @@ type fullRun struct {
 	*runner
 	c     int64
 	epoch int64 // the tag of the run's own writes (Options.RewriteEpoch)
-	gen   int64
-	fence int64
-	st    State
+	// staleOnly: the totals state holds are left alone (Options.StaleTotalsOnly).
+	staleOnly bool
+	gen       int64
+	fence     int64
+	st        State
 }
 
 // item applies the flush to writer w's attributes on it, an item the tag
@@ -271,19 +273,21 @@ func (f *fullRun) totals(ctx context.Context, totals sink.Totals, ts TotalsState
 		f.report()
 		return nil
 	}
-	err := ts.Totals(func(t sink.Total) error {
-		t.Epoch = f.epoch
-		batch = append(batch, t)
-		if len(batch) == totalsBatch {
-			return write()
+	if !f.staleOnly {
+		err := ts.Totals(func(t sink.Total) error {
+			t.Epoch = f.epoch
+			batch = append(batch, t)
+			if len(batch) == totalsBatch {
+				return write()
+			}
+			return nil
+		})
+		if err == nil {
+			err = write()
 		}
-		return nil
-	})
-	if err == nil {
-		err = write()
-	}
-	if err != nil {
-		return err
+		if err != nil {
+			return err
+		}
 	}
 
 	stale := map[sink.TotalKey]struct{}{}

@@ -561,3 +561,37 @@ func TestFullRewriteEpochTagsTheRunsOwnWrites(t *testing.T) {
 		t.Errorf("a rewrite epoch below the restored checkpoint: got %v, want it refused", err)
 	}
 }
+
+// A fence sweep (StaleTotalsOnly) leaves the running totals state holds as
+// the store has them (the live job's early firings rewrite them) and
+// deletes only those recorded in the swept epochs that state lacks.
+func TestFullStaleTotalsOnly(t *testing.T) {
+	ctx := context.Background()
+	rows := sinktest.NewMemRows()
+	totals := sinktest.NewMemTotals()
+	open := sink.TotalKey{Ad: "ad_1", StartMs: startOf(t, minute("10:21"))}
+	stale := sink.TotalKey{Ad: "ad_2", StartMs: startOf(t, minute("10:21"))}
+	if err := totals.SetTotals(ctx, []sink.Total{
+		{Ad: open.Ad, StartMs: open.StartMs, Valid: 9, Epoch: 42},
+		{Ad: stale.Ad, StartMs: stale.StartMs, Valid: 3, Epoch: 42},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st := newRestored()
+	st.totals[open] = sink.Total{Ad: open.Ad, StartMs: open.StartMs, Valid: 5}
+	o := unlimited()
+	o.RewriteEpoch, o.StaleTotalsOnly = 44, true
+	rep, err := Full(ctx, rows, totals, st, st, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.TotalsRewritten != 0 || rep.TotalsDeleted != 1 {
+		t.Errorf("report %+v, want no total rewritten and one deleted", rep)
+	}
+	if got, ok, _ := totals.GetTotal(ctx, open); !ok || got.Valid != 9 {
+		t.Errorf("the total state holds: %+v (present %v), want it left at 9", got, ok)
+	}
+	if _, ok, _ := totals.GetTotal(ctx, stale); ok {
+		t.Error("the total state lacks is still there; want it deleted")
+	}
+}

@@ -49,6 +49,14 @@ type Options struct {
 	// sweep (Restored, High the epochs a taken-over holder may have
 	// written) gives the epoch being written now.
 	RewriteEpoch int64
+	// StaleTotalsOnly, for a fence sweep, leaves the running totals state
+	// holds as they are (the live job's early firings rewrite every open
+	// window's total, under its fence, which the store ranks above the old
+	// holder's) and only deletes those recorded under an epoch in
+	// [Restored, High] that state lacks. A sweep runs while the job waits
+	// at a barrier: rewriting every open total at the flush's rate would
+	// hold the job for as long.
+	StaleTotalsOnly bool
 	// WritesPerSec limits the flush's own writes (item writes, totals
 	// written, totals deleted), so live output keeps its capacity. Default
 	// DefaultWritesPerSec; math.Inf(1) turns the limit off.

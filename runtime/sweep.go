@@ -60,8 +60,9 @@ func (d *driver) sweepDue(ctx context.Context, id int64) {
 
 // sweep removes what a taken-over predecessor wrote in epochs
 // [s.From, s.To]: the restore flush's rule (flush.Full) applied again,
-// from current state, to the rows and running totals tagged there, and the
-// lake objects of those epochs. Nothing this holder wrote is tagged there
+// from current state, to the rows tagged there; the running totals
+// recorded there that state lacks (those it holds are rewritten by the
+// early firings); and the lake objects of those epochs. Nothing this holder wrote is tagged there
 // (its epochs start above the high the take read, and its restore flush
 // tags its rewrites with its own first epoch), so what the sweep finds is
 // a write the predecessor signed before the takeover and that landed after
@@ -69,7 +70,7 @@ func (d *driver) sweepDue(ctx context.Context, id int64) {
 func (j *Job) sweep(ctx context.Context, s Sweep, epoch int64) error {
 	log := j.log.With("sweep_of_fence", s.Fence)
 	rep, err := flush.Full(ctx, j.rows, j.totals, flushState{j}, flushTotals{j}, flush.Options{
-		Restored: s.From, High: s.To, RewriteEpoch: epoch, Gen: j.cfg.JobGen, Fence: j.fence,
+		Restored: s.From, High: s.To, RewriteEpoch: epoch, StaleTotalsOnly: true, Gen: j.cfg.JobGen, Fence: j.fence,
 		WritesPerSec: j.cfg.FlushWritesPerSec, Registerer: j.cfg.Registerer, Logger: log,
 	})
 	if err != nil {
