@@ -1810,7 +1810,7 @@ func TestTemplateFleet(t *testing.T) {
 		t.Errorf("%s: consumer %q, want the job's own name, --job-name %q", def, flatten(get(consumer, "Fn::If", 1)), values["job-name"])
 	}
 	sample := strings.NewReplacer("${AWS::StackName}", "adclick", "${FleetJobGen}", "1").Replace(flatten(get(consumer, "Fn::If", 1)))
-	if rs, err := lease.EvenRanges(lease.KeyGroups); err == nil {
+	if rs, err := lease.EvenRanges(windowing.MaxParallelism); err == nil {
 		last := rs[len(rs)-1]
 		if name := sample + "-" + (windowing.KeyGroups{From: last.From, To: last.To}).String(); !kinesis.ValidConsumerName(name) {
 			t.Errorf("%s: a range's consumer would be %q, which Kinesis refuses", def, name)

@@ -87,7 +87,7 @@ func (f *Fleet) checkFenceMarks(ctx context.Context) error {
 		return fmt.Errorf("fleet: refusing to start: rows table %s holds fence mark %d for key group %d under job_gen %d, "+
 			"above counter %d of range %s in lease table %s, so a range taking the key group from this lease table would write "+
 			"under a lower fence than the rows hold, and its writes would be refused; %s: %w",
-			f.o.FenceMarks.Table(), b.mark, b.kg, gen, b.counter, windowing.KeyGroups{From: b.r.From, To: b.r.To}, f.w.Options().Table, fencesFix, ErrFencesBehind)
+			f.o.FenceMarks.Table(), b.mark, b.kg, gen, b.counter, b.r, f.w.Options().Table, fencesFix, ErrFencesBehind)
 	}()
 	if err != nil && ctx.Err() != nil {
 		return nil // stopping
@@ -107,7 +107,7 @@ type behind struct {
 // of every range item in items that covers it; key groups no range item
 // covers are not judged. ok is false when there is none.
 func fenceBehind(marks map[int]int64, items []lease.Item) (b behind, ok bool) {
-	for kg := range lease.KeyGroups {
+	for kg := range windowing.MaxParallelism {
 		m, marked := marks[kg]
 		if !marked {
 			continue

@@ -98,7 +98,7 @@ func TestStartRefusedAfterTheLeaseTableIsRecreated(t *testing.T) {
 	// writes: the first takes of the set-up table, fence 1.
 	waitFor(t, "worker a's ranges to mark their fences", 20*time.Second, func() bool {
 		m, err := marks.FenceMarks(context.Background(), 1)
-		return err == nil && len(m) == lease.KeyGroups
+		return err == nil && len(m) == windowing.MaxParallelism
 	})
 	a.stop(t)
 	if m, _ := marks.FenceMarks(context.Background(), 1); m[0] != 1 || m[127] != 1 {

@@ -363,8 +363,7 @@ func (f *Fleet) isResting(key string) bool {
 
 // start runs the pipeline of the range claim holds.
 func (f *Fleet) start(ctx context.Context, c *lease.Claim) {
-	lr := c.Range()
-	r := windowing.KeyGroups{From: lr.From, To: lr.To}
+	r := c.Range()
 	rctx, stop := context.WithCancel(ctx)
 	p := &pipeline{key: c.Key(), r: r, claim: c, stop: stop, reg: prometheus.NewRegistry()}
 	f.mu.Lock()

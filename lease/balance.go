@@ -369,7 +369,7 @@ func activatable(s Snapshot) []Range {
 			}
 		}
 		for _, a := range s.Leases {
-			if a.Kind == KindRange && a.State == StateActive && a.Range.Overlaps(l.Range) {
+			if a.Kind == KindRange && a.State == StateActive && overlaps(a.Range, l.Range) {
 				ok = false
 			}
 		}
@@ -382,7 +382,7 @@ func activatable(s Snapshot) []Range {
 	for i, r := range ready {
 		alone := true
 		for j, q := range ready {
-			if i != j && r.Overlaps(q) {
+			if i != j && overlaps(r, q) {
 				alone = false
 			}
 		}

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"github.com/adclick/adclick/windowing"
+
 	"context"
 	"strings"
 	"testing"
@@ -13,7 +15,7 @@ import (
 func TestBalanceTakesOnlyMappedRanges(t *testing.T) {
 	s := snapshot(t, slots("a"), free(2))
 	s.Map = &RangesMap{Ranges: []Range{s.Leases[0].Range, s.Leases[1].Range}, Version: 1}
-	all := Range{0, KeyGroups}
+	all := Range{From: 0, To: windowing.MaxParallelism}
 	s.Leases = append(s.Leases, Watched{Item: Item{Key: RangeKey("j", all), Kind: KindRange, Exists: true, Range: all,
 		Counter: 4, State: StateActive, Duration: D}, Since: bnow - 3*D, HandoffSince: bnow - 3*D})
 	p := Balance(s, "a", bnow, BalanceOptions{Duration: D})

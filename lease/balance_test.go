@@ -276,7 +276,7 @@ func TestBalanceKCL(t *testing.T) {
 		},
 		check: func(t *testing.T, s Snapshot, p Plan) {
 			wantPlan(t, p, 2, 1, 0)
-			if got := describe(s, p.Take); len(p.Take) != 1 || p.Take[0].Range != (Range{64, 128}) {
+			if got := describe(s, p.Take); len(p.Take) != 1 || p.Take[0].Range != (Range{From: 64, To: 128}) {
 				t.Errorf("Take %s, want only 64-128 (watched for its holder's 2D)", got)
 			}
 		},
@@ -334,7 +334,7 @@ func TestBalanceKCL(t *testing.T) {
 			return snapshot(t, slots("a", "b", "c"), a, held("b", 8))
 		},
 		check: func(t *testing.T, s Snapshot, p Plan) {
-			if len(p.Cancel) != 1 || p.Cancel[0].Range != (Range{0, 8}) || p.Cancel[0].HandoffTo != "c" {
+			if len(p.Cancel) != 1 || p.Cancel[0].Range != (Range{From: 0, To: 8}) || p.Cancel[0].HandoffTo != "c" {
 				t.Errorf("Cancel %s, want 0-8 (c's lapsed request)", describe(s, p.Cancel))
 			}
 			wantNoAsk(t, p)
@@ -352,7 +352,7 @@ func TestBalanceKCL(t *testing.T) {
 		},
 		check: func(t *testing.T, s Snapshot, p Plan) {
 			wantPlan(t, p, 4, 1, 0)
-			if p.Ask == nil || p.Ask.Range != (Range{32, 64}) {
+			if p.Ask == nil || p.Ask.Range != (Range{From: 32, To: 64}) {
 				t.Errorf("Ask %v, want 32-64 (a's range without a request)", p.Ask)
 			}
 		},
@@ -364,7 +364,7 @@ func TestBalanceKCL(t *testing.T) {
 		},
 		check: func(t *testing.T, s Snapshot, p Plan) {
 			wantPlan(t, p, 3, 2, 1)
-			if len(p.Take) != 1 || p.Take[0].Range != (Range{96, 128}) {
+			if len(p.Take) != 1 || p.Take[0].Range != (Range{From: 96, To: 128}) {
 				t.Errorf("Take %s, want 96-128 (released to c)", describe(s, p.Take))
 			}
 		},
@@ -376,7 +376,7 @@ func TestBalanceKCL(t *testing.T) {
 		},
 		check: func(t *testing.T, s Snapshot, p Plan) {
 			wantPlan(t, p, 3, 2, 0)
-			if len(p.Take) != 1 || p.Take[0].Range != (Range{96, 128}) {
+			if len(p.Take) != 1 || p.Take[0].Range != (Range{From: 96, To: 128}) {
 				t.Errorf("Take %s, want 96-128 only (reserved for b, released 2D ago; 64-96 was released just now)", describe(s, p.Take))
 			}
 			wantNoAsk(t, p)
@@ -390,10 +390,10 @@ func TestBalanceKCL(t *testing.T) {
 			return snapshot(t, []slot{{owner: "a"}, {owner: "b"}, {owner: "x", dead: true}}, a, held("b", 1))
 		},
 		check: func(t *testing.T, s Snapshot, p Plan) {
-			if len(p.HandOff) != 1 || p.HandOff[0].Range != (Range{0, 32}) {
+			if len(p.HandOff) != 1 || p.HandOff[0].Range != (Range{From: 0, To: 32}) {
 				t.Errorf("HandOff %s, want 0-32 (asked by b)", describe(s, p.HandOff))
 			}
-			if len(p.Cancel) != 1 || p.Cancel[0].Range != (Range{32, 64}) {
+			if len(p.Cancel) != 1 || p.Cancel[0].Range != (Range{From: 32, To: 64}) {
 				t.Errorf("Cancel %s, want 32-64 (asked by x, whose slot is dead)", describe(s, p.Cancel))
 			}
 		},
@@ -624,7 +624,7 @@ func TestChooseSlot(t *testing.T) {
 }
 
 func TestBalanceActivates(t *testing.T) {
-	parent := Range{0, 64}
+	parent := Range{From: 0, To: 64}
 	mk := func(r Range, st State, origins ...Range) Watched {
 		it := Item{Key: RangeKey("j", r), Kind: KindRange, Exists: true, Range: r, State: st}
 		for _, o := range origins {
@@ -637,11 +637,11 @@ func TestBalanceActivates(t *testing.T) {
 		leases []Watched
 		want   []Range
 	}{
-		{"origin still active", []Watched{mk(parent, StateActive), mk(Range{0, 32}, StatePending, parent), mk(Range{32, 64}, StatePending, parent)}, nil},
-		{"origin retired", []Watched{mk(parent, StateRetired), mk(Range{0, 32}, StatePending, parent), mk(Range{32, 64}, StateActive, parent)}, []Range{{0, 32}}},
-		{"origin missing", []Watched{mk(Range{0, 32}, StatePending, parent)}, nil},
-		{"two sets of children", []Watched{mk(parent, StateRetired), mk(Range{0, 32}, StatePending, parent), mk(Range{0, 16}, StatePending, parent)}, nil},
-		{"a merge", []Watched{mk(Range{0, 32}, StateRetired), mk(Range{32, 64}, StateRetired), mk(parent, StatePending, Range{0, 32}, Range{32, 64})}, []Range{parent}},
+		{"origin still active", []Watched{mk(parent, StateActive), mk(Range{From: 0, To: 32}, StatePending, parent), mk(Range{From: 32, To: 64}, StatePending, parent)}, nil},
+		{"origin retired", []Watched{mk(parent, StateRetired), mk(Range{From: 0, To: 32}, StatePending, parent), mk(Range{From: 32, To: 64}, StateActive, parent)}, []Range{{From: 0, To: 32}}},
+		{"origin missing", []Watched{mk(Range{From: 0, To: 32}, StatePending, parent)}, nil},
+		{"two sets of children", []Watched{mk(parent, StateRetired), mk(Range{From: 0, To: 32}, StatePending, parent), mk(Range{From: 0, To: 16}, StatePending, parent)}, nil},
+		{"a merge", []Watched{mk(Range{From: 0, To: 32}, StateRetired), mk(Range{From: 32, To: 64}, StateRetired), mk(parent, StatePending, Range{From: 0, To: 32}, Range{From: 32, To: 64})}, []Range{parent}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := Balance(Snapshot{Leases: tc.leases}, "a", bnow, BalanceOptions{})

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"github.com/adclick/adclick/windowing"
+
 	"context"
 	"strings"
 	"sync"
@@ -45,7 +47,7 @@ func TestSlowCommitDoesNotStopRenewals(t *testing.T) {
 	defer unblock()
 	w := newWorker(t, api, testTable, "a", clk)
 	ctx := context.Background()
-	r := Range{From: 0, To: KeyGroups}
+	r := Range{From: 0, To: windowing.MaxParallelism}
 	if err := w.Setup(ctx, []Range{r}); err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func (m *member) round() Plan {
 func TestHandoffRequestLapses(t *testing.T) {
 	api := newTable(t)
 	clk := newFakeClock()
-	if err := newWorker(t, api, testTable, "setup", clk).Setup(context.Background(), []Range{{0, 64}, {64, 128}}); err != nil {
+	if err := newWorker(t, api, testTable, "setup", clk).Setup(context.Background(), []Range{{From: 0, To: 64}, {From: 64, To: 128}}); err != nil {
 		t.Fatal(err)
 	}
 	a, b := newMember(t, api, "a", clk), newMember(t, api, "b", clk)
@@ -179,7 +179,7 @@ func TestHandoffRequestLapses(t *testing.T) {
 func TestHandoffReservationLapses(t *testing.T) {
 	api := newTable(t)
 	clk := newFakeClock()
-	if err := newWorker(t, api, testTable, "setup", clk).Setup(context.Background(), []Range{{0, 32}, {32, 64}, {64, 128}}); err != nil {
+	if err := newWorker(t, api, testTable, "setup", clk).Setup(context.Background(), []Range{{From: 0, To: 32}, {From: 32, To: 64}, {From: 64, To: 128}}); err != nil {
 		t.Fatal(err)
 	}
 	a, b, c := newMember(t, api, "a", clk), newMember(t, api, "b", clk), newMember(t, api, "c", clk)
@@ -255,7 +255,7 @@ func TestHandoffReservationLapses(t *testing.T) {
 func TestHandoffTakenAtOnce(t *testing.T) {
 	api := newTable(t)
 	clk := newFakeClock()
-	if err := newWorker(t, api, testTable, "setup", clk).Setup(context.Background(), []Range{{0, 64}, {64, 128}}); err != nil {
+	if err := newWorker(t, api, testTable, "setup", clk).Setup(context.Background(), []Range{{From: 0, To: 64}, {From: 64, To: 128}}); err != nil {
 		t.Fatal(err)
 	}
 	a, b := newMember(t, api, "a", clk), newMember(t, api, "b", clk)

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"github.com/adclick/adclick/windowing"
+
 	"bytes"
 	"context"
 	"log/slog"
@@ -52,7 +54,7 @@ func runMalformedScan(t *testing.T, api RangeAPI, table string) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	rs := []Range{{From: 0, To: 64}, {From: 64, To: KeyGroups}}
+	rs := []Range{{From: 0, To: 64}, {From: 64, To: windowing.MaxParallelism}}
 	if err := w.Setup(ctx, rs); err != nil {
 		t.Fatal(err)
 	}

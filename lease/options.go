@@ -16,11 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/adclick/adclick/clock"
+	"github.com/adclick/adclick/windowing"
 )
-
-// KeyGroups is the number of key groups of a job (windowing.MaxParallelism):
-// a single-worker job holds the range [0, KeyGroups).
-const KeyGroups = 128
 
 // Defaults of Options.
 const (
@@ -48,8 +45,8 @@ type Options struct {
 	// may. Required; at most 1,000 bytes of UTF-8.
 	Job string
 	// KeyGroupFrom and KeyGroupTo are the range of key groups the lease
-	// covers, [KeyGroupFrom, KeyGroupTo), within [0, KeyGroups). Both zero
-	// means the whole job, [0, KeyGroups), which is what a single-worker
+	// covers, [KeyGroupFrom, KeyGroupTo), within [0, windowing.MaxParallelism). Both zero
+	// means the whole job, [0, windowing.MaxParallelism), which is what a single-worker
 	// job holds. Leases of different ranges never exclude each other: the
 	// workers of one job must agree on how the key groups are divided.
 	KeyGroupFrom, KeyGroupTo int
@@ -80,7 +77,7 @@ type Options struct {
 // o.
 func (o *Options) EnsureDefaults() *Options {
 	if o.KeyGroupFrom == 0 && o.KeyGroupTo == 0 {
-		o.KeyGroupTo = KeyGroups
+		o.KeyGroupTo = windowing.MaxParallelism
 	}
 	if o.Owner == "" {
 		o.Owner = NewOwner()
@@ -103,8 +100,8 @@ var tableName = regexp.MustCompile(`^[a-zA-Z0-9_.-]{3,255}$`)
 // Validate reports every problem with o (joined), or nil.
 func (o *Options) Validate() error {
 	errs := checkTableAndJob(o.Table, o.Job)
-	if o.KeyGroupFrom < 0 || o.KeyGroupTo > KeyGroups || o.KeyGroupFrom >= o.KeyGroupTo {
-		errs = append(errs, fmt.Errorf("lease: key groups [%d, %d) must be a non-empty range within [0, %d)", o.KeyGroupFrom, o.KeyGroupTo, KeyGroups))
+	if o.KeyGroupFrom < 0 || o.KeyGroupTo > windowing.MaxParallelism || o.KeyGroupFrom >= o.KeyGroupTo {
+		errs = append(errs, fmt.Errorf("lease: key groups [%d, %d) must be a non-empty range within [0, %d)", o.KeyGroupFrom, o.KeyGroupTo, windowing.MaxParallelism))
 	}
 	if o.Owner == "" || len(o.Owner) > 512 || !utf8.ValidString(o.Owner) {
 		errs = append(errs, fmt.Errorf("lease: owner %q must be 1 to 512 bytes of UTF-8", o.Owner))

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"github.com/adclick/adclick/windowing"
+
 	"regexp"
 	"strings"
 	"testing"
@@ -13,7 +15,7 @@ func TestOptionsDefaults(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatalf("Validate after EnsureDefaults: %v", err)
 	}
-	if o.KeyGroupFrom != 0 || o.KeyGroupTo != KeyGroups || o.Duration != DefaultDuration || o.Clock == nil || o.Logger == nil {
+	if o.KeyGroupFrom != 0 || o.KeyGroupTo != windowing.MaxParallelism || o.Duration != DefaultDuration || o.Clock == nil || o.Logger == nil {
 		t.Errorf("defaults %+v, want range 0-128, %v, a clock and a logger", o, DefaultDuration)
 	}
 	if !regexp.MustCompile(`^.+-[0-9]+-[0-9a-f]{8}$`).MatchString(o.Owner) {

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"github.com/adclick/adclick/windowing"
+
 	"context"
 	"fmt"
 	"slices"
@@ -23,26 +25,26 @@ type RangeAPI interface {
 var _ RangeAPI = (*dynamodb.Client)(nil)
 
 // Range is a contiguous span of key groups [From, To): the unit of lease,
-// state, checkpoint and flush of a multi-worker job.
-type Range struct {
-	From, To int
-}
+// state, checkpoint and flush of a multi-worker job. It is windowing's
+// windowing.MaxParallelism, so a range has one name everywhere ("kg<from>-<to>", its
+// String: lease keys, logs, scopes, checkpoint prefixes); only the ranges
+// map and the origins store it as "<from>-<to>" (rangeText).
+type Range = windowing.KeyGroups
 
 // AllKeyGroups is the range of a single-worker job: every key group.
-var AllKeyGroups = Range{0, KeyGroups}
+var AllKeyGroups = windowing.AllKeyGroups
 
-// String returns "<from>-<to>", the form of the ranges map and of lease
-// keys.
-func (r Range) String() string { return strconv.Itoa(r.From) + "-" + strconv.Itoa(r.To) }
+// rangeText is a range as the ranges map and the origins hold it:
+// "<from>-<to>" (ParseRange's form).
+func rangeText(r Range) string { return strconv.Itoa(r.From) + "-" + strconv.Itoa(r.To) }
 
-// Valid reports whether r is a non-empty range within [0, KeyGroups).
-func (r Range) Valid() bool { return r.From >= 0 && r.From < r.To && r.To <= KeyGroups }
+// validRange reports whether r is a non-empty range within [0,
+// windowing.MaxParallelism), written out: the zero Range, which windowing
+// reads as every key group, is no range of a lease item.
+func validRange(r Range) bool { return r != (Range{}) && r.Valid() }
 
-// Contains reports whether key group kg lies in r.
-func (r Range) Contains(kg int) bool { return r.From <= kg && kg < r.To }
-
-// Overlaps reports whether r and o share a key group.
-func (r Range) Overlaps(o Range) bool { return r.From < o.To && o.From < r.To }
+// overlaps reports whether r and o share a key group.
+func overlaps(r, o Range) bool { return r.From < o.To && o.From < r.To }
 
 // ParseRange parses "<from>-<to>" (String's form) and checks the range.
 func ParseRange(s string) (Range, error) {
@@ -52,22 +54,22 @@ func ParseRange(s string) (Range, error) {
 	}
 	f, err1 := strconv.Atoi(from)
 	t, err2 := strconv.Atoi(to)
-	r := Range{f, t}
-	if err1 != nil || err2 != nil || strconv.Itoa(f) != from || strconv.Itoa(t) != to || !r.Valid() {
-		return Range{}, fmt.Errorf("lease: range %q must be <from>-<to> with 0 <= from < to <= %d", s, KeyGroups)
+	r := Range{From: f, To: t}
+	if err1 != nil || err2 != nil || strconv.Itoa(f) != from || strconv.Itoa(t) != to || !validRange(r) {
+		return Range{}, fmt.Errorf("lease: range %q must be <from>-<to> with 0 <= from < to <= %d", s, windowing.MaxParallelism)
 	}
 	return r, nil
 }
 
-// EvenRanges cuts [0, KeyGroups) into n contiguous ranges whose sizes
+// EvenRanges cuts [0, windowing.MaxParallelism) into n contiguous ranges whose sizes
 // differ by at most one (16 gives 16 ranges of 8 key groups).
 func EvenRanges(n int) ([]Range, error) {
-	if n < 1 || n > KeyGroups {
-		return nil, fmt.Errorf("lease: %d ranges: want 1 to %d", n, KeyGroups)
+	if n < 1 || n > windowing.MaxParallelism {
+		return nil, fmt.Errorf("lease: %d ranges: want 1 to %d", n, windowing.MaxParallelism)
 	}
 	out := make([]Range, n)
 	for i := range n {
-		out[i] = Range{i * KeyGroups / n, (i + 1) * KeyGroups / n}
+		out[i] = Range{From: i * windowing.MaxParallelism / n, To: (i + 1) * windowing.MaxParallelism / n}
 	}
 	return out, nil
 }
@@ -77,16 +79,16 @@ func EvenRanges(n int) ([]Range, error) {
 func CheckCover(ranges []Range) error {
 	next := 0
 	for _, r := range ranges {
-		if !r.Valid() {
-			return fmt.Errorf("lease: range %v is not within [0, %d)", r, KeyGroups)
+		if !validRange(r) {
+			return fmt.Errorf("lease: range %v is not within [0, %d)", r, windowing.MaxParallelism)
 		}
 		if r.From != next {
 			return fmt.Errorf("lease: ranges %v do not cover key group %d exactly once", ranges, next)
 		}
 		next = r.To
 	}
-	if next != KeyGroups {
-		return fmt.Errorf("lease: ranges %v do not cover key groups %d to %d", ranges, next, KeyGroups)
+	if next != windowing.MaxParallelism {
+		return fmt.Errorf("lease: ranges %v do not cover key groups %d to %d", ranges, next, windowing.MaxParallelism)
 	}
 	return nil
 }
@@ -94,7 +96,7 @@ func CheckCover(ranges []Range) error {
 // RangeKey returns the lease key of a range of job: "<job>#kg<from>-<to>"
 // (Options.Key's form, so that the range 0-128 is a single-worker job's
 // lease).
-func RangeKey(job string, r Range) string { return job + "#kg" + r.String() }
+func RangeKey(job string, r Range) string { return job + "#" + r.String() }
 
 // SlotKey returns the lease key of worker slot k of job: "<job>#slot<k>".
 func SlotKey(job string, k int) string { return job + "#slot" + strconv.Itoa(k) }
@@ -458,7 +460,7 @@ func avM(m map[string]types.AttributeValue) types.AttributeValue {
 func rangesValue(rs []Range) types.AttributeValue {
 	l := make([]types.AttributeValue, len(rs))
 	for i, r := range rs {
-		l[i] = avS(r.String())
+		l[i] = avS(rangeText(r))
 	}
 	return avL(l)
 }
@@ -467,7 +469,7 @@ func originsValue(os []Origin) types.AttributeValue {
 	l := make([]types.AttributeValue, len(os))
 	for i, o := range os {
 		l[i] = avM(map[string]types.AttributeValue{
-			"range": avS(o.Range.String()), "checkpoint": avN(o.Checkpoint), "prefix": avS(o.Prefix), "epoch_high": avN(o.EpochHigh),
+			"range": avS(rangeText(o.Range)), "checkpoint": avN(o.Checkpoint), "prefix": avS(o.Prefix), "epoch_high": avN(o.EpochHigh),
 		})
 	}
 	return avL(l)

@@ -73,7 +73,7 @@ func TestDynaliteRangeHandoff(t *testing.T) {
 		return w
 	}
 	a, b := mk("a"), mk("b")
-	if err := a.Setup(ctx, []Range{{0, 64}, {64, 128}}); err != nil {
+	if err := a.Setup(ctx, []Range{{From: 0, To: 64}, {From: 64, To: 128}}); err != nil {
 		t.Fatal(err)
 	}
 	o := BalanceOptions{Duration: dynaliteD}

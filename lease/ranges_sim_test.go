@@ -559,7 +559,7 @@ func (s *sim) check() error {
 			return fmt.Errorf("at %v: %s passes Check as %s with fence %d, but the table says %q with fence %d", s.w.now, a.Key(), a.Owner(), a.Fence(), cur.Owner, cur.Fence)
 		}
 		for _, b := range passing[i+1:] {
-			if a.Key() == b.Key() || a.Kind() == KindRange && b.Kind() == KindRange && a.Range().Overlaps(b.Range()) {
+			if a.Key() == b.Key() || a.Kind() == KindRange && b.Kind() == KindRange && overlaps(a.Range(), b.Range()) {
 				return fmt.Errorf("at %v: %s (%s, fence %d) and %s (%s, fence %d) pass Check at once", s.w.now, a.Key(), a.Owner(), a.Fence(), b.Key(), b.Owner(), b.Fence())
 			}
 		}
@@ -868,7 +868,7 @@ func (p *simProc) split(ctx context.Context, m *RangesMap) {
 	}
 	next := c.Counter() + 1
 	mid := (r.From + r.To) / 2
-	children := []Range{{r.From, mid}, {mid, r.To}}
+	children := []Range{{From: r.From, To: mid}, {From: mid, To: r.To}}
 	for _, ch := range children {
 		if p.w.CreateRange(ctx, RangeSpec{Range: ch, State: StatePending, Counter: next, EpochHigh: c.Item().EpochHigh,
 			Origins: []Origin{{Range: r, Checkpoint: sp, EpochHigh: c.Item().EpochHigh}}}) != nil {

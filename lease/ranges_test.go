@@ -290,7 +290,7 @@ func runWritesScenario(t *testing.T, api RangeAPI, table string) {
 	if err := parent.Commit(ctx, Checkpoint{ID: 10, Key: "sp-10"}); err != nil {
 		t.Fatal(err)
 	}
-	children := []Range{{96, 112}, {112, 128}}
+	children := []Range{{From: 96, To: 112}, {From: 112, To: 128}}
 	// A retire whose savepoint is not the committed checkpoint, or whose
 	// fence is not below the new ranges' first counter, is refused; the
 	// claim has ended, but the range is still held: the holder releases it
@@ -595,8 +595,8 @@ func TestMemBeginsWith(t *testing.T) {
 func TestParseRange(t *testing.T) {
 	for _, s := range []string{"0-128", "8-16", "127-128"} {
 		r, err := ParseRange(s)
-		if err != nil || r.String() != s {
-			t.Errorf("ParseRange(%q) = %v, %v", s, r, err)
+		if err != nil || rangeText(r) != s || r.String() != "kg"+s || RangeKey("j", r) != "j#kg"+s {
+			t.Errorf("ParseRange(%q) = %v, %v; want the range stored as %q, named kg%s (its lease key j#kg%s)", s, r, err, s, s, s)
 		}
 	}
 	for _, s := range []string{"", "0", "0-0", "8-4", "0-129", "-1-4", "01-4", "a-b", "0-128-"} {
@@ -605,10 +605,10 @@ func TestParseRange(t *testing.T) {
 		}
 	}
 	rs, err := EvenRanges(3)
-	if err != nil || !slices.Equal(rs, []Range{{0, 42}, {42, 85}, {85, 128}}) || CheckCover(rs) != nil {
+	if err != nil || !slices.Equal(rs, []Range{{From: 0, To: 42}, {From: 42, To: 85}, {From: 85, To: 128}}) || CheckCover(rs) != nil {
 		t.Errorf("EvenRanges(3) = %v, %v", rs, err)
 	}
-	if err := CheckCover([]Range{{0, 64}, {63, 128}}); err == nil {
+	if err := CheckCover([]Range{{From: 0, To: 64}, {From: 63, To: 128}}); err == nil {
 		t.Error("CheckCover of overlapping ranges: got nil")
 	}
 	if _, _, _, ok := parseKey("j", "j#slot01"); ok {
@@ -663,7 +663,7 @@ func TestClaimRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Setup(ctx, []Range{{0, 64}, {64, 128}}); err != nil {
+	if err := w.Setup(ctx, []Range{{From: 0, To: 64}, {From: 64, To: 128}}); err != nil {
 		t.Fatal(err)
 	}
 	s := mustScan(t, w)

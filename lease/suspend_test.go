@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"github.com/adclick/adclick/windowing"
+
 	"context"
 	"runtime"
 	"sync"
@@ -52,7 +54,7 @@ func TestSuspendEndsTheLease(t *testing.T) {
 	l := mustAcquire(t, newTable(t), opts("a", clk))
 	w := newWorker(t, newTable(t), testTable, "w", clk)
 	r := Range{From: 0, To: 64}
-	if err := w.Setup(ctx, []Range{r, {From: 64, To: KeyGroups}}); err != nil {
+	if err := w.Setup(ctx, []Range{r, {From: 64, To: windowing.MaxParallelism}}); err != nil {
 		t.Fatal(err)
 	}
 	c := mustTake(t, w, itemOf(t, mustScan(t, w), RangeKey(testJob, r)))

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"github.com/adclick/adclick/windowing"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -384,7 +386,7 @@ func (w *Worker) Setup(ctx context.Context, ranges []Range) error {
 	if err := CheckCover(ranges); err != nil {
 		return err
 	}
-	single := RangeKey(w.o.Job, Range{0, KeyGroups})
+	single := RangeKey(w.o.Job, Range{From: 0, To: windowing.MaxParallelism})
 	out, err := w.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(w.o.Table),
 		Key: map[string]types.AttributeValue{attrKey: avS(single)}, ConsistentRead: aws.Bool(true)})
 	if err != nil {
@@ -435,8 +437,8 @@ type RangeSpec struct {
 // CreateRange creates a range item, which must not exist (ErrChanged if
 // it does).
 func (w *Worker) CreateRange(ctx context.Context, s RangeSpec) error {
-	if !s.Range.Valid() {
-		return fmt.Errorf("lease: create range %v: not within [0, %d)", s.Range, KeyGroups)
+	if !validRange(s.Range) {
+		return fmt.Errorf("lease: create range %v: not within [0, %d)", s.Range, windowing.MaxParallelism)
 	}
 	if s.State != StateActive && s.State != StatePending {
 		return fmt.Errorf("lease: create range %v in state %q: want active or pending", s.Range, s.State)

@@ -130,11 +130,7 @@ func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlag
 	if m != nil {
 		pollers = len(m.Ranges)
 		if a.consumerRoom != nil {
-			rs := make([]windowing.KeyGroups, len(m.Ranges))
-			for i, r := range m.Ranges {
-				rs[i] = kgRange(r)
-			}
-			if err := a.consumerRoom(ctx, rs); err != nil {
+			if err := a.consumerRoom(ctx, m.Ranges); err != nil {
 				return err
 			}
 		}

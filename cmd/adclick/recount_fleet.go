@@ -14,7 +14,6 @@ import (
 	"github.com/adclick/adclick/ckptstore/ckpt"
 	"github.com/adclick/adclick/lease"
 	"github.com/adclick/adclick/runtime"
-	"github.com/adclick/adclick/windowing"
 )
 
 // fleetMark is the watermark of a fleet's job (adclick setup --ranges) as
@@ -52,7 +51,7 @@ func readFleetMark(ctx context.Context, w *lease.Worker) (*fleetMark, error) {
 		if err != nil {
 			return nil, err
 		}
-		name := kgRange(r).String()
+		name := r.String()
 		switch {
 		case !it.Exists || it.Checkpoint.ID == 0:
 			fm.notReady = append(fm.notReady, name+" (no committed checkpoint yet)")
@@ -134,7 +133,7 @@ func (f *recountFlags) fleetCheckpoint(ctx context.Context, log *slog.Logger) (c
 	// half-way through a deploy that changed the horizon or the allowance
 	// has no one setting to recount with.
 	for _, r := range fm.ranges {
-		prefix := base + "/" + kgRange(r).String()
+		prefix := base + "/" + r.String()
 		st, err := openCheckpoints(ctx, prefix, nil)
 		if err != nil {
 			return nil, "", err
@@ -142,7 +141,7 @@ func (f *recountFlags) fleetCheckpoint(ctx context.Context, log *slog.Logger) (c
 		id := fm.committed[r].ID
 		m, err := runtime.MetaOf(ctx, st, id)
 		if err != nil {
-			return nil, "", fmt.Errorf("range %s: its committed checkpoint %d in %s: %w", kgRange(r), id, prefix, err)
+			return nil, "", fmt.Errorf("range %s: its committed checkpoint %d in %s: %w", r, id, prefix, err)
 		}
 		c := &jobCheckpoint{meta: m, where: st.Location(id, ckpt.Checkpoint)}
 		if ck != nil && !sameJudging(ck.meta, m) {
@@ -155,7 +154,7 @@ func (f *recountFlags) fleetCheckpoint(ctx context.Context, log *slog.Logger) (c
 	}
 	ck.meta.Watermark = fm.watermark
 	log.Info("a fleet's job: its watermark is that of its range furthest behind", "job", job, "ranges", len(fm.ranges),
-		"range", kgRange(fm.behind).String(), "checkpoint", ck.meta.ID, "watermark_ms", fm.watermark)
+		"range", fm.behind.String(), "checkpoint", ck.meta.ID, "watermark_ms", fm.watermark)
 	return ck, where, nil
 }
 
@@ -179,5 +178,3 @@ func settingOf(m runtime.Meta, which string) string {
 	}
 	return "not recorded"
 }
-
-func kgRange(r lease.Range) windowing.KeyGroups { return windowing.KeyGroups{From: r.From, To: r.To} }
