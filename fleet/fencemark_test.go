@@ -11,6 +11,7 @@ import (
 
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/lease"
+	"github.com/adclick/adclick/lease/leasetest"
 	"github.com/adclick/adclick/runtime"
 	"github.com/adclick/adclick/sink"
 	"github.com/adclick/adclick/sink/sinktest"
@@ -105,7 +106,7 @@ func TestStartRefusedAfterTheLeaseTableIsRecreated(t *testing.T) {
 		t.Fatalf("marks after worker a = %v, want fence 1 for every key group", m)
 	}
 
-	fresh := lease.NewMem()
+	fresh := leasetest.NewMem()
 	if err := lease.CreateTable(context.Background(), fresh, "leases"); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/adclick/adclick/ingest/kinesis/kinesistest"
 	"github.com/adclick/adclick/ingest/source"
 	"github.com/adclick/adclick/lease"
+	"github.com/adclick/adclick/lease/leasetest"
 	"github.com/adclick/adclick/recount"
 	"github.com/adclick/adclick/runtime"
 	"github.com/adclick/adclick/sink"
@@ -35,7 +36,7 @@ import (
 type world struct {
 	t      *testing.T
 	api    *kinesistest.Fake
-	leases *lease.Mem
+	leases *leasetest.Mem
 	store  *embedded.Store
 	lake   recount.Store
 	dir    string
@@ -60,7 +61,7 @@ const testJob = "job"
 func newWorld(t *testing.T, shards, ranges int, read string) *world {
 	t.Helper()
 	ctx := context.Background()
-	w := &world{t: t, api: kinesistest.NewFake(), leases: lease.NewMem(), dir: t.TempDir(), stream: "clicks", read: read,
+	w := &world{t: t, api: kinesistest.NewFake(), leases: leasetest.NewMem(), dir: t.TempDir(), stream: "clicks", read: read,
 		starts: map[string][]string{}}
 	// A new owner's subscription within this of the old one's is refused
 	// (ResourceInUse) and retried: short, for a quick handoff.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/lease"
+	"github.com/adclick/adclick/lease/leasetest"
 )
 
 // takenAtCommit is the lease table in which, while takeOver is set, the
@@ -20,7 +21,7 @@ import (
 // UpdateItem setting the checkpoint) arrives, which is then refused: the
 // holder loses its lease in the middle of its final checkpoint.
 type takenAtCommit struct {
-	*lease.Mem
+	*leasetest.Mem
 	takeOver atomic.Bool
 }
 

@@ -13,12 +13,13 @@ import (
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/ingest/source"
 	"github.com/adclick/adclick/lease"
+	"github.com/adclick/adclick/lease/leasetest"
 )
 
 // stallingLeases is the lease table whose writes hang while stalled is
 // set: a lease store too loaded to answer.
 type stallingLeases struct {
-	*lease.Mem
+	*leasetest.Mem
 	stalled atomic.Bool
 }
 

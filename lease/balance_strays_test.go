@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"github.com/adclick/adclick/lease/leasetest"
 	"github.com/adclick/adclick/windowing"
 
 	"context"
@@ -67,7 +68,7 @@ func TestBalanceTakesAStrayRangeAboveTarget(t *testing.T) {
 // job's ads.
 func TestFleetAndSingleProcessExcludeEachOther(t *testing.T) {
 	ctx := context.Background()
-	mem := NewMem()
+	mem := leasetest.NewMem()
 	if err := CreateTable(ctx, mem, "leases"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"github.com/adclick/adclick/lease/leasetest"
 	"github.com/adclick/adclick/windowing"
 
 	"context"
@@ -17,7 +18,7 @@ import (
 // checkpoint) hang until release is closed or their context ends: a
 // DynamoDB too slow to answer one request.
 type blockingCommits struct {
-	*Mem
+	*leasetest.Mem
 	once    sync.Once
 	entered chan struct{}
 	release chan struct{}

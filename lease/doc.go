@@ -94,6 +94,7 @@
 // Every write is conditional on the item as the snapshot showed it, so a
 // plan acted on late is refused (ErrChanged) rather than wrong.
 //
-// Mem is an in-memory API with the same conditions (RangeAPI: Scan
-// included), for tests and embedded use.
+// The in-process twin of the lease table, with the same conditions
+// (RangeAPI: Scan included), is leasetest.Mem, beside sinktest's and
+// kinesistest's twins: it is test support, not part of this package.
 package lease

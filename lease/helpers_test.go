@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
+
+	"github.com/adclick/adclick/lease/leasetest"
 )
 
 func TestMain(m *testing.M) {
@@ -117,9 +119,9 @@ const testTable = "leases"
 const D = 30 * time.Second
 
 // newTable returns a Mem with the lease table.
-func newTable(t testing.TB) *Mem {
+func newTable(t testing.TB) *leasetest.Mem {
 	t.Helper()
-	m := NewMem()
+	m := leasetest.NewMem()
 	if err := CreateTable(context.Background(), m, testTable); err != nil {
 		t.Fatalf("CreateTable: %v", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/adclick/adclick/lease/leasetest"
 )
 
 func TestAcquireFree(t *testing.T) {
@@ -582,7 +584,7 @@ func TestMetricsReused(t *testing.T) {
 // Errors Acquire cannot handle are returned wrapped, and typed errors stay
 // matchable.
 func TestAcquireReadError(t *testing.T) {
-	_, err := Acquire(context.Background(), NewMem(), opts("a", newFakeClock()))
+	_, err := Acquire(context.Background(), leasetest.NewMem(), opts("a", newFakeClock()))
 	var nf *types.ResourceNotFoundException
 	if !errors.As(err, &nf) || !strings.HasPrefix(err.Error(), "lease: ") {
 		t.Errorf("Acquire on a missing table = %v, want a lease: error wrapping ResourceNotFoundException", err)

@@ -16,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/adclick/adclick/lease/leasetest"
 )
 
 // The property test of range leases: several workers, each a goroutine
@@ -443,7 +445,7 @@ type sim struct {
 	seed      uint64
 	cfg       simConfig
 	w         *simWorld
-	mem       *Mem
+	mem       *leasetest.Mem
 	procs     []*simProc      // every process ever started
 	items     map[string]Item // the table as it is, kept by update
 	fences    map[string]int64
@@ -568,7 +570,7 @@ func (s *sim) check() error {
 }
 
 func runSim(seed uint64, cfg simConfig) (simStats, error) {
-	s := &sim{seed: seed, cfg: cfg, mem: NewMem(), items: map[string]Item{}, fences: map[string]int64{}, stats: simStats{takes: map[string]int{}},
+	s := &sim{seed: seed, cfg: cfg, mem: leasetest.NewMem(), items: map[string]Item{}, fences: map[string]int64{}, stats: simStats{takes: map[string]int{}},
 		w: &simWorld{yield: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}}
 	ctx := context.Background()
 	if err := CreateTable(ctx, s.mem, testTable); err != nil {

@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/adclick/adclick/lease/leasetest"
 )
 
 const testJob = "s3-bucket/checkpoints/gen-1"
@@ -555,43 +557,6 @@ func TestMemScan(t *testing.T) {
 	}
 }
 
-func TestMemBeginsWith(t *testing.T) {
-	for _, tc := range []struct {
-		cond string
-		ok   bool
-	}{
-		{"begins_with(#o, :p)", true},
-		{"begins_with(#o, :q)", false},
-		{"begins_with(#c, :p)", false}, // a number
-		{"begins_with(#m, :p)", false}, // missing
-		{"NOT begins_with(#o, :q)", true},
-	} {
-		t.Run(tc.cond, func(t *testing.T) {
-			m := seeded(t)
-			names := map[string]string{"#r": attrRenewedAt}
-			for _, ph := range []string{"#o", "#c", "#m"} {
-				if containsToken(tc.cond, ph) {
-					names[ph] = map[string]string{"#o": attrOwner, "#c": attrCounter, "#m": "missing"}[ph]
-				}
-			}
-			vals := map[string]types.AttributeValue{":r": avS("now")}
-			for ph, v := range map[string]string{":p": "a", ":q": "b"} {
-				if containsToken(tc.cond, ph) {
-					vals[ph] = avS(v)
-				}
-			}
-			_, err := m.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
-				TableName: aws.String(testTable), Key: map[string]types.AttributeValue{attrKey: avS("x")},
-				ConditionExpression: aws.String(tc.cond), UpdateExpression: aws.String("SET #r = :r"),
-				ExpressionAttributeNames: names, ExpressionAttributeValues: vals,
-			})
-			if (err == nil) != tc.ok {
-				t.Errorf("got %v, want applied = %v", err, tc.ok)
-			}
-		})
-	}
-}
-
 func TestParseRange(t *testing.T) {
 	for _, s := range []string{"0-128", "8-16", "127-128"} {
 		r, err := ParseRange(s)
@@ -783,7 +748,7 @@ func TestTakeLostAnswerAdopted(t *testing.T) {
 
 type faultRangeAPI struct {
 	faultAPI
-	mem *Mem
+	mem *leasetest.Mem
 }
 
 func (f *faultRangeAPI) Scan(ctx context.Context, in *dynamodb.ScanInput, opt ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/adclick/adclick/fleet"
 	"github.com/adclick/adclick/lease"
+	"github.com/adclick/adclick/lease/leasetest"
 	"github.com/adclick/adclick/runtime"
 	"github.com/adclick/adclick/windowing"
 )
@@ -24,7 +25,7 @@ import (
 // loopback a rebound name gets 421 on every endpoint, a loopback or
 // allowed name is answered, and beyond loopback --allowed-hosts applies.
 func TestFleetServerRefusesForeignHost(t *testing.T) {
-	w, err := lease.NewWorker(lease.NewMem(), lease.WorkerOptions{Table: "leases", Job: "j", ID: "w1"})
+	w, err := lease.NewWorker(leasetest.NewMem(), lease.WorkerOptions{Table: "leases", Job: "j", ID: "w1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/adclick/adclick/lease"
+	"github.com/adclick/adclick/lease/leasetest"
 )
 
 // readFleetMark: the watermark of a fleet's job is the lowest its ranges
@@ -14,7 +15,7 @@ import (
 // without a ranges map is not a fleet's.
 func TestReadFleetMark(t *testing.T) {
 	ctx := context.Background()
-	api := lease.NewMem()
+	api := leasetest.NewMem()
 	if err := lease.CreateTable(ctx, api, "leases"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,19 +1,47 @@
-package lease
+package leasetest_test
 
 import (
 	"context"
 	"errors"
-	"strings"
+	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/adclick/adclick/lease"
+	"github.com/adclick/adclick/lease/leasetest"
 )
 
+// The lease item's attributes these tests write, and the table.
+const (
+	attrKey     = "lease_key"
+	attrOwner   = "owner"
+	attrCounter = "counter"
+	attrRenewed = "renewed_at"
+	testTable   = "leases"
+)
+
+func avS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+func avN(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+// newTable returns a Mem with the lease table.
+func newTable(t testing.TB) *leasetest.Mem {
+	t.Helper()
+	m := leasetest.NewMem()
+	if err := lease.CreateTable(context.Background(), m, testTable); err != nil {
+		t.Fatalf("CreateTable: %v", err)
+	}
+	return m
+}
+
 // seeded returns a Mem whose table holds {k: "x", owner: "a", counter: 3}.
-func seeded(t *testing.T) *Mem {
+func seeded(t *testing.T) *leasetest.Mem {
 	t.Helper()
 	m := newTable(t)
 	_, err := m.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
@@ -56,11 +84,11 @@ func TestMemConditions(t *testing.T) {
 			m := seeded(t)
 			names := map[string]string{}
 			for _, ph := range []string{"#o", "#c", "#m"} {
-				if containsToken(tc.cond, ph) {
+				if regexp.MustCompile(regexp.QuoteMeta(ph) + `\b`).MatchString(tc.cond) {
 					names[ph] = map[string]string{"#o": attrOwner, "#c": attrCounter, "#m": "missing"}[ph]
 				}
 			}
-			names["#r"] = attrRenewedAt
+			names["#r"] = attrRenewed
 			vals := map[string]types.AttributeValue{":r": avS("now")}
 			for k, v := range tc.vals {
 				vals[k] = v
@@ -81,7 +109,7 @@ func TestMemConditions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, applied := out.Item[attrRenewedAt]
+			_, applied := out.Item[attrRenewed]
 			if applied != tc.ok {
 				t.Errorf("renewed_at present = %v, want %v", applied, tc.ok)
 			}
@@ -130,16 +158,16 @@ func TestMemValidation(t *testing.T) {
 
 func TestMemTables(t *testing.T) {
 	ctx := context.Background()
-	m := NewMem()
+	m := leasetest.NewMem()
 	_, err := m.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("nope"), Key: map[string]types.AttributeValue{attrKey: avS("x")}})
 	var nf *types.ResourceNotFoundException
 	if !errors.As(err, &nf) {
 		t.Errorf("GetItem on a missing table: got %v, want ResourceNotFoundException", err)
 	}
-	if _, err := m.CreateTable(ctx, TableInput(testTable)); err != nil {
+	if _, err := m.CreateTable(ctx, lease.TableInput(testTable)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.CreateTable(ctx, TableInput(testTable))
+	_, err = m.CreateTable(ctx, lease.TableInput(testTable))
 	var inUse *types.ResourceInUseException
 	if !errors.As(err, &inUse) {
 		t.Errorf("second CreateTable: got %v, want ResourceInUseException", err)
@@ -173,24 +201,39 @@ func TestMemTables(t *testing.T) {
 	}
 }
 
-func TestCreateTable(t *testing.T) {
-	ctx := context.Background()
-	m := NewMem()
-	for i := range 2 { // idempotent
-		if err := CreateTable(ctx, m, testTable); err != nil {
-			t.Fatalf("CreateTable #%d: %v", i+1, err)
-		}
-	}
-	other := &dynamodb.CreateTableInput{
-		TableName:            aws.String("other"),
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
-	}
-	if _, err := m.CreateTable(ctx, other); err != nil {
-		t.Fatal(err)
-	}
-	err := CreateTable(ctx, m, "other")
-	if err == nil || !strings.Contains(err.Error(), "exists with another schema") || !strings.Contains(err.Error(), "want [lease_key HASH]") {
-		t.Errorf("CreateTable on a table with another key: got %v, want a schema error", err)
+func TestMemBeginsWith(t *testing.T) {
+	for _, tc := range []struct {
+		cond string
+		ok   bool
+	}{
+		{"begins_with(#o, :p)", true},
+		{"begins_with(#o, :q)", false},
+		{"begins_with(#c, :p)", false}, // a number
+		{"begins_with(#m, :p)", false}, // missing
+		{"NOT begins_with(#o, :q)", true},
+	} {
+		t.Run(tc.cond, func(t *testing.T) {
+			m := seeded(t)
+			names := map[string]string{"#r": attrRenewed}
+			for _, ph := range []string{"#o", "#c", "#m"} {
+				if regexp.MustCompile(regexp.QuoteMeta(ph) + `\b`).MatchString(tc.cond) {
+					names[ph] = map[string]string{"#o": attrOwner, "#c": attrCounter, "#m": "missing"}[ph]
+				}
+			}
+			vals := map[string]types.AttributeValue{":r": avS("now")}
+			for ph, v := range map[string]string{":p": "a", ":q": "b"} {
+				if regexp.MustCompile(regexp.QuoteMeta(ph) + `\b`).MatchString(tc.cond) {
+					vals[ph] = avS(v)
+				}
+			}
+			_, err := m.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
+				TableName: aws.String(testTable), Key: map[string]types.AttributeValue{attrKey: avS("x")},
+				ConditionExpression: aws.String(tc.cond), UpdateExpression: aws.String("SET #r = :r"),
+				ExpressionAttributeNames: names, ExpressionAttributeValues: vals,
+			})
+			if (err == nil) != tc.ok {
+				t.Errorf("got %v, want applied = %v", err, tc.ok)
+			}
+		})
 	}
 }

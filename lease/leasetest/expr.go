@@ -1,4 +1,4 @@
-package lease
+package leasetest
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 )
 
 // This file is Mem's evaluator of DynamoDB expressions, for the subset
-// this package writes (and a little more):
+// package lease writes (and a little more):
 //
 //	condition  = or
 //	or         = and { "OR" and }
@@ -441,4 +441,10 @@ func parseUpdate(expr string, env *exprEnv) ([]updateAction, error) {
 		return nil, fmt.Errorf("empty update expression")
 	}
 	return acts, nil
+}
+
+// isNameChar reports whether b may appear in a placeholder or attribute
+// name.
+func isNameChar(b byte) bool {
+	return b == '_' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9'
 }

@@ -1,8 +1,9 @@
-package lease
+package leasetest
 
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -34,18 +35,16 @@ import (
 //     carries LastEvaluatedKey, from which ExclusiveStartKey resumes. The
 //     1 MB page limit is not modelled.
 //
-// It is the lease table of embedded use and of unit tests, production
-// code like the rest of the package. Safe for concurrent use; it honours
-// a cancelled ctx.
+// It is the lease table of the tests (lease.API and lease.RangeAPI, as
+// lease's tests check), the in-process twin of DynamoDB beside sinktest's
+// and kinesistest's. Safe for concurrent use; it honours a cancelled ctx.
 type Mem struct {
 	mu     sync.Mutex
 	tables map[string]*memTable
 }
 
-var (
-	_ API      = (*Mem)(nil)
-	_ RangeAPI = (*Mem)(nil)
-)
+// tableName is DynamoDB's rule for table names.
+var tableName = regexp.MustCompile(`^[a-zA-Z0-9_.-]{3,255}$`)
 
 type memTable struct {
 	desc  types.TableDescription
