@@ -2,29 +2,23 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/adclick/adclick/api"
 	"github.com/adclick/adclick/fleet"
 	"github.com/adclick/adclick/ingest/source"
 	"github.com/adclick/adclick/lease"
 	"github.com/adclick/adclick/runtime"
-	"github.com/adclick/adclick/sink"
-	"github.com/adclick/adclick/sink/dynamo"
-	"github.com/adclick/adclick/sink/valkey"
 	"github.com/adclick/adclick/windowing"
 )
 
@@ -141,30 +135,27 @@ func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlag
 	}
 	defer closeSinks()
 	// The rows table's fence marks tie the lease table's fences to it.
-	var marks fleet.FenceMarks
-	if ds, ok := rows.(*dynamo.Store); ok {
-		marks = ds
-	}
+	marks, _ := rows.(fleet.FenceMarks)
 	lake, err := openLake(ctx, a.lake, cfg.DataDir)
 	if err != nil {
 		return err
 	}
 	base := cfg
+	layout := fleet.Layout{DataDir: base.DataDir, Checkpoints: a.checkpoints}
 	f, err := fleet.New(fleet.Options{Worker: w, Slots: a.slots, SweepDelay: a.sweepDelay, Logger: log, Registerer: reg, FenceMarks: marks, JobGen: cfg.JobGen,
 		Config: func(r windowing.KeyGroups) (runtime.Config, error) {
 			c := base
-			c.DataDir = filepath.Join(base.DataDir, r.String())
-			// The dedup memory budget is the worker's: each range gets its
-			// share of the key groups, so a worker holding every range
-			// (the others gone) stays within it.
-			c.DedupMemoryBytes = max(base.DedupMemoryBytes*int64(r.Len())/windowing.MaxParallelism, 1<<20)
+			c.DataDir = layout.DataDirOf(r)
+			// The dedup memory budget is the worker's: a worker holding
+			// every range (the others gone) stays within it.
+			c.DedupMemoryBytes = fleet.ShareOf(base.DedupMemoryBytes, r, 1<<20)
 			c.OpenSource = a.openSource(r, pollers)
 			c.Lake = lake
 			var err error
-			if c.Rows, c.Totals, err = scopedSinks(rows, totals, r.Scope()); err != nil {
+			if c.Rows, c.Totals, err = fleet.ScopedSinks(rows, totals, r); err != nil {
 				return c, err
 			}
-			c.Checkpoints, err = openCheckpoints(ctx, strings.TrimSuffix(a.checkpoints, "/")+"/"+r.String(), nil)
+			c.Checkpoints, err = openCheckpoints(ctx, layout.CheckpointsOf(r), nil)
 			return c, err
 		}})
 	if err != nil {
@@ -175,7 +166,7 @@ func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlag
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", a.listen, err)
 		}
-		h, err := fleetServer(f, a, reg, ln.Addr().String())
+		h, err := api.FleetHandler(f, a.workerID, a.job, reg, ln.Addr().String(), a.allowedHosts)
 		if err != nil {
 			ln.Close()
 			return err
@@ -193,64 +184,4 @@ func runFleet(ctx context.Context, cfg runtime.Config, a fleetArgs, sf *sinkFlag
 	err = f.Run(ctx)
 	log.Info("fleet worker stopped", "worker", a.workerID)
 	return err
-}
-
-// scopedSinks returns the views of the shared stores for one range's tag
-// index and epoch sets ("" is the unscoped layout). A nil store stays nil
-// (embedded mode: the store under --data is the range's own).
-func scopedSinks(rows sink.Rows, totals sink.Totals, scope string) (sink.Rows, sink.Totals, error) {
-	var err error
-	if rows != nil {
-		ds, ok := rows.(*dynamo.Store)
-		if !ok {
-			return nil, nil, fmt.Errorf("a key-group range needs the DynamoDB row store, not %T", rows)
-		}
-		if rows, err = ds.Scoped(scope); err != nil {
-			return nil, nil, err
-		}
-	}
-	if totals != nil {
-		vs, ok := totals.(*valkey.Store)
-		if !ok {
-			return nil, nil, fmt.Errorf("a key-group range needs the Valkey totals store, not %T", totals)
-		}
-		if totals, err = vs.Scoped(scope); err != nil {
-			return nil, nil, err
-		}
-	}
-	return rows, totals, nil
-}
-
-// fleetServer returns the handler of a worker's HTTP server listening on
-// addr: fleetHandler behind the Host rule of adclick run's API
-// (api.HostPolicy), so a page rebound to the worker's address reads
-// nothing.
-func fleetServer(f *fleet.Fleet, a fleetArgs, reg *prometheus.Registry, addr string) (http.Handler, error) {
-	hosts, err := api.NewHostPolicy(addr, a.allowedHosts)
-	if err != nil {
-		return nil, err
-	}
-	return hosts.Wrap(fleetHandler(f, a, reg)), nil
-}
-
-// fleetStatus is GET /v1/status of a fleet worker.
-type fleetStatus struct {
-	Worker string                    `json:"worker"`
-	Job    string                    `json:"job"`
-	Ranges map[string]runtime.Status `json:"ranges"`
-}
-
-// fleetHandler serves a worker's read endpoints: /metrics (the process's
-// metrics and every running range's, labelled range), /healthz and
-// /v1/status (the status of each range it runs). The operator endpoints of
-// a single job (savepoints, stop, sweeps) are not served by a worker.
-func fleetHandler(f *fleet.Fleet, a fleetArgs, reg *prometheus.Registry) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, f.Gatherer()}, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(fleetStatus{Worker: a.workerID, Job: a.job, Ranges: f.Status()})
-	})
-	return mux
 }

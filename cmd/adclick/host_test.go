@@ -5,68 +5,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/adclick/adclick/fleet"
-	"github.com/adclick/adclick/lease"
-	"github.com/adclick/adclick/lease/leasetest"
-	"github.com/adclick/adclick/runtime"
-	"github.com/adclick/adclick/windowing"
 )
-
-// TestFleetServerRefusesForeignHost: a fleet worker's HTTP server (its
-// own handler, not api.Server) has the Host rule of adclick run's API: on
-// loopback a rebound name gets 421 on every endpoint, a loopback or
-// allowed name is answered, and beyond loopback --allowed-hosts applies.
-func TestFleetServerRefusesForeignHost(t *testing.T) {
-	w, err := lease.NewWorker(leasetest.NewMem(), lease.WorkerOptions{Table: "leases", Job: "j", ID: "w1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := fleet.New(fleet.Options{Worker: w, Config: func(windowing.KeyGroups) (runtime.Config, error) {
-		t.Error("no range may start")
-		return runtime.Config{}, nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		addr    string
-		allowed []string
-		host    string
-		want    int
-	}{
-		{"127.0.0.1:9090", nil, "evil.example.com:9090", http.StatusMisdirectedRequest},
-		{"127.0.0.1:9090", nil, "127.0.0.1:9090", http.StatusOK},
-		{"127.0.0.1:9090", []string{"worker.internal"}, "worker.internal:9090", http.StatusOK},
-		{"0.0.0.0:9090", []string{"worker.internal"}, "evil.example.com:9090", http.StatusMisdirectedRequest},
-		{"0.0.0.0:9090", []string{"worker.internal"}, "worker.internal:9090", http.StatusOK},
-		{"0.0.0.0:9090", nil, "evil.example.com:9090", http.StatusOK},
-	} {
-		h, err := fleetServer(f, fleetArgs{workerID: "w1", job: "j", allowedHosts: c.allowed}, prometheus.NewRegistry(), c.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, path := range []string{"/v1/status", "/metrics", "/healthz"} {
-			r := httptest.NewRequest("GET", path, nil)
-			r.Host = c.host
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, r)
-			if rec.Code != c.want {
-				t.Errorf("listen %s, allowed %q: GET %s with Host %q: got %d, want %d", c.addr, c.allowed, path, c.host, rec.Code, c.want)
-			}
-		}
-	}
-	if _, err := fleetServer(f, fleetArgs{allowedHosts: []string{"http://x"}}, prometheus.NewRegistry(), "127.0.0.1:9090"); err == nil {
-		t.Error("a malformed allowed host was taken, want an error")
-	}
-}
 
 // TestRunAllowedHosts runs the real binary on loopback with
 // ADCLICK_RUN_ALLOWED_HOSTS (the variable of --allowed-hosts): a read

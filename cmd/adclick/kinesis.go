@@ -14,6 +14,7 @@ import (
 
 	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
 
+	"github.com/adclick/adclick/fleet"
 	"github.com/adclick/adclick/ingest"
 	"github.com/adclick/adclick/ingest/kinesis"
 	"github.com/adclick/adclick/preagg"
@@ -302,9 +303,7 @@ func putLines(ctx context.Context, stream string, aggregate bool, h horizonFlags
 // at the stream's limit instead of being throttled.
 func rangeReadOptions(ko kinesis.Options, r windowing.KeyGroups, ranges int, intervalGiven bool) kinesis.Options {
 	o := ko
-	if o.Consumer != "" && !r.All() {
-		o.Consumer += "-" + r.String()
-	}
+	o.Consumer = fleet.Layout{Consumer: ko.Consumer}.ConsumerOf(r)
 	if !intervalGiven && ranges > 1 {
 		o.MinCallInterval = time.Duration(ranges) * ko.MinCallInterval
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/adclick/adclick/ckptstore/ckpt"
+	"github.com/adclick/adclick/fleet"
 	"github.com/adclick/adclick/lease"
 	"github.com/adclick/adclick/runtime"
 )
@@ -133,7 +134,7 @@ func (f *recountFlags) fleetCheckpoint(ctx context.Context, log *slog.Logger) (c
 	// half-way through a deploy that changed the horizon or the allowance
 	// has no one setting to recount with.
 	for _, r := range fm.ranges {
-		prefix := base + "/" + r.String()
+		prefix := fleet.Layout{Checkpoints: base}.CheckpointsOf(r)
 		st, err := openCheckpoints(ctx, prefix, nil)
 		if err != nil {
 			return nil, "", err

@@ -260,7 +260,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Rows, cfg.Totals = rows, totals
 	if !cfg.KeyGroups.All() && totals != nil {
 		// A static range's Valkey epoch sets stay apart from the others'.
-		if _, cfg.Totals, err = scopedSinks(nil, totals, cfg.KeyGroups.Scope()); err != nil {
+		if _, cfg.Totals, err = fleet.ScopedSinks(nil, totals, cfg.KeyGroups); err != nil {
 			return err
 		}
 	}

@@ -182,6 +182,15 @@ func (s *Store) Scoped(scope string) (*Store, error) {
 	return &v, nil
 }
 
+// ScopedRows is Scoped as a sink.Rows (a fleet's range views).
+func (s *Store) ScopedRows(scope string) (sink.Rows, error) {
+	v, err := s.Scoped(scope)
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
 // Scope returns the store's index scope, "" when unscoped.
 func (s *Store) Scope() string { return s.scope }
 

@@ -116,6 +116,15 @@ func (s *Store) Scoped(scope string) (*Store, error) {
 	return &Store{c: s.c, opts: s.opts, k: keys{prefix: s.k.prefix, scope: scope}, m: s.m}, nil
 }
 
+// ScopedTotals is Scoped as a sink.Totals (a fleet's range views).
+func (s *Store) ScopedTotals(scope string) (sink.Totals, error) {
+	v, err := s.Scoped(scope)
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
 // Scope returns the store's index scope, "" when unscoped.
 func (s *Store) Scope() string { return s.k.scope }
 
