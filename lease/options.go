@@ -45,9 +45,9 @@ type Options struct {
 	// may. Required; at most 1,000 bytes of UTF-8.
 	Job string
 	// KeyGroupFrom and KeyGroupTo are the range of key groups the lease
-	// covers, [KeyGroupFrom, KeyGroupTo), within [0, windowing.MaxParallelism). Both zero
-	// means the whole job, [0, windowing.MaxParallelism), which is what a single-worker
-	// job holds. Leases of different ranges never exclude each other: the
+	// covers, [KeyGroupFrom, KeyGroupTo), within
+	// [0, windowing.MaxParallelism). Both zero means the whole job, which is
+	// what a single-worker job holds. Leases of different ranges never exclude each other: the
 	// workers of one job must agree on how the key groups are divided.
 	KeyGroupFrom, KeyGroupTo int
 	// Owner identifies this holder in the table (and to operators). It must

@@ -26,7 +26,7 @@ var _ RangeAPI = (*dynamodb.Client)(nil)
 
 // Range is a contiguous span of key groups [From, To): the unit of lease,
 // state, checkpoint and flush of a multi-worker job. It is windowing's
-// windowing.MaxParallelism, so a range has one name everywhere ("kg<from>-<to>", its
+// KeyGroups, so a range has one name everywhere ("kg<from>-<to>", its
 // String: lease keys, logs, scopes, checkpoint prefixes); only the ranges
 // map and the origins store it as "<from>-<to>" (rangeText).
 type Range = windowing.KeyGroups
@@ -61,8 +61,9 @@ func ParseRange(s string) (Range, error) {
 	return r, nil
 }
 
-// EvenRanges cuts [0, windowing.MaxParallelism) into n contiguous ranges whose sizes
-// differ by at most one (16 gives 16 ranges of 8 key groups).
+// EvenRanges cuts the key groups [0, windowing.MaxParallelism) into n
+// contiguous ranges whose sizes differ by at most one (16 gives 16 ranges
+// of 8 key groups).
 func EvenRanges(n int) ([]Range, error) {
 	if n < 1 || n > windowing.MaxParallelism {
 		return nil, fmt.Errorf("lease: %d ranges: want 1 to %d", n, windowing.MaxParallelism)

@@ -77,11 +77,10 @@ type Sweep struct {
 // them done. The obligation stays in the item until SweepsDone, so a crash
 // passes it to the next holder.
 //
-// With a SweepLease the job never tags a write of its own with an epoch at
-// or below the epoch high the take read: its first epoch after a restore is
-// that high + 1, so everything tagged in a sweep's [From, To] is a
-// predecessor's (or the restore flush's own rewrite, which the sweep
-// rewrites again from current state).
+// With any CommitLease the job never tags a write of its own with an epoch
+// at or below the epoch high the take read: its first epoch after a
+// restore, and the tag of its restore flush's rewrites, is that high + 1.
+// So everything tagged in a sweep's [From, To] is a predecessor's.
 type SweepLease interface {
 	CommitLease
 	// SweepsDue returns the sweeps owed, as the take read them.

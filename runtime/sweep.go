@@ -38,8 +38,7 @@ func (d *driver) sweepDue(ctx context.Context, id int64) {
 			j.m.sweeps.WithLabelValues("failed").Inc()
 			j.log.Error("fence sweep failed; it stays owed and runs again at the next checkpoint",
 				"of_fence", s.Fence, "from_epoch", s.From, "to_epoch", s.To, "err", err)
-			left = append(left, j.sweeps[i:]...)
-			left = left[:len(left):len(left)]
+			left = append(left, j.sweeps[i:]...) // this one and the later ones
 			break
 		}
 		j.m.sweeps.WithLabelValues("done").Inc()
@@ -62,11 +61,11 @@ func (d *driver) sweepDue(ctx context.Context, id int64) {
 // [s.From, s.To]: the restore flush's rule (flush.Full) applied again,
 // from current state, to the rows tagged there; the running totals
 // recorded there that state lacks (those it holds are rewritten by the
-// early firings); and the lake objects of those epochs. Nothing this holder wrote is tagged there
-// (its epochs start above the high the take read, and its restore flush
-// tags its rewrites with its own first epoch), so what the sweep finds is
-// a write the predecessor signed before the takeover and that landed after
-// the restore flush looked.
+// early firings); and the lake objects of those epochs. Nothing this
+// holder wrote is tagged there (its epochs start above the high the take
+// read, and its restore flush tags its rewrites with its own first epoch),
+// so what the sweep finds is a write the predecessor signed before the
+// takeover and that landed after the restore flush looked.
 func (j *Job) sweep(ctx context.Context, s Sweep, epoch int64) error {
 	log := j.log.With("sweep_of_fence", s.Fence)
 	rep, err := flush.Full(ctx, j.rows, j.totals, flushState{j}, flushTotals{j}, flush.Options{

@@ -7,10 +7,6 @@ import (
 	"github.com/adclick/adclick/windowing"
 )
 
-// FenceMarkKeyGroups is the number of key groups a generation's marks
-// cover (0 to FenceMarkKeyGroups-1).
-const FenceMarkKeyGroups = windowing.MaxParallelism
-
 // FenceAheadError is a refused raise of fence marks: key group KeyGroup
 // already holds, under generation Gen, the mark Mark, above the fence
 // Fence that was to be marked. It is the lowest such key group of the
@@ -43,16 +39,16 @@ func (e *FenceAheadError) Error() string {
 	return fmt.Sprintf("sink: key group %d holds fence mark %d under job_gen %d, above fence %d", e.KeyGroup, e.Mark, e.Gen, e.Fence)
 }
 
-// ValidFenceMark returns an error unless gen ≥ 0, 0 ≤ from < to ≤
-// FenceMarkKeyGroups and fence ≥ 1: the arguments of a raise of the marks
-// of key groups [from, to) to fence under gen.
+// ValidFenceMark returns an error unless gen ≥ 0,
+// 0 ≤ from < to ≤ windowing.MaxParallelism and fence ≥ 1: the arguments of
+// a raise of the marks of key groups [from, to) to fence under gen.
 func ValidFenceMark(gen int64, from, to int, fence int64) error {
 	var errs []error
 	if gen < 0 {
 		errs = append(errs, fmt.Errorf("generation %d must not be negative", gen))
 	}
-	if from < 0 || from >= to || to > FenceMarkKeyGroups {
-		errs = append(errs, fmt.Errorf("key groups [%d, %d) are not a range within [0, %d)", from, to, FenceMarkKeyGroups))
+	if from < 0 || from >= to || to > windowing.MaxParallelism {
+		errs = append(errs, fmt.Errorf("key groups [%d, %d) are not a range within [0, %d)", from, to, windowing.MaxParallelism))
 	}
 	if fence < 1 {
 		errs = append(errs, fmt.Errorf("fence %d must be at least 1", fence))

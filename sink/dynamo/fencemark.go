@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/adclick/adclick/sink"
+	"github.com/adclick/adclick/windowing"
 )
 
 // FenceMarkEntity is the entity of the fence mark items (sink.FenceAheadError
@@ -129,7 +130,7 @@ func (s *Store) readMarks(ctx context.Context, gen int64) (marks map[int]int64, 
 	if version, versioned, err = getN(item, attrMarkVersion); err != nil {
 		return nil, 0, false, fmt.Errorf("mark item of job_gen %d in table %s: %w", gen, s.o.Table, err)
 	}
-	for kg := range sink.FenceMarkKeyGroups {
+	for kg := range windowing.MaxParallelism {
 		m, ok, err := getN(item, markAttr(kg))
 		if err != nil {
 			return nil, 0, false, fmt.Errorf("mark item of job_gen %d in table %s: %w", gen, s.o.Table, err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/adclick/adclick/sink"
+	"github.com/adclick/adclick/windowing"
 )
 
 // MemFenceMarks is an in-memory store of fence marks (see
@@ -107,7 +108,7 @@ func wantMarks(t *testing.T, s FenceMarker, gen int64, want map[int]int64) {
 		return
 	}
 	var diff []string
-	for kg := range sink.FenceMarkKeyGroups {
+	for kg := range windowing.MaxParallelism {
 		g, gok := got[kg]
 		w, wok := want[kg]
 		switch {
@@ -121,7 +122,7 @@ func wantMarks(t *testing.T, s FenceMarker, gen int64, want map[int]int64) {
 		}
 	}
 	for kg, g := range got {
-		if kg < 0 || kg >= sink.FenceMarkKeyGroups {
+		if kg < 0 || kg >= windowing.MaxParallelism {
 			diff = append(diff, fmt.Sprintf("key group %d: %d, want none", kg, g))
 		}
 	}
