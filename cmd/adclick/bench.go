@@ -38,10 +38,14 @@ bytes of state, and the ratio to limit. The trace is generated once (or
 reused with --trace).
 
 With --peers DIR (the peer programs: Benthos, Apache Beam Go on Prism,
-DuckDB, each its own module, with their run.sh), the peers then run on the
-same trace, one after the other, beside adclick's pipeline measured the same
-way; their outputs are checked against DuckDB's, and one table with the
-ratios is printed. --peers needs --trace (the trace outlives the run).`
+DuckDB, Apache Flink, each its own module, with their run.sh), the peers
+then run on the same trace, one after the other, beside adclick's pipeline
+measured the same way; their outputs are checked against DuckDB's, and one
+table with the ratios is printed. --peers needs --trace (the trace outlives
+the run). --peer-list picks them from: duckdb, duckdb-loose, benthos,
+benthos-t1, benthos-sw, beam-prism-bucket, beam-prism, beam-direct, flink
+(Flink 2.3 with exactly-once checkpoints every 10 s) and flink-nockpt (the
+same without); the Flink ones need Java 17 and Maven.`
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", benchSummary, stderr)
@@ -61,7 +65,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the pipeline variant to this file")
 	parallelism := fs.Int("parallelism", 0, "pipeline subtasks (default: number of CPUs)")
 	peers := fs.String("peers", "", "also run the peer programs of this folder (its run.sh) on the same trace, and print their table")
-	peerList := fs.String("peer-list", "", "with --peers: the peers to run, comma-separated (default: run.sh's)")
+	peerList := fs.String("peer-list", "", "with --peers: the peers to run, comma-separated, e.g. duckdb,flink,flink-nockpt (default: run.sh's)")
 	peersOut := fs.String("peers-out", "", "with --peers: the folder for their outputs and table (default: a new temporary folder)")
 	runLimit := fs.Bool("run-limit", false, "internal: run the limit variant in this process")
 	if err := parse(fs, args); err != nil {
@@ -75,6 +79,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *peers != "" && *trace == "" {
 		return usageError{errors.New("--peers needs --trace: the peers read the same trace after the variants")}
+	}
+	if err := bench.CheckPeerList(*peerList); err != nil {
+		return usageError{err}
 	}
 	self, err := os.Executable()
 	if err != nil {
