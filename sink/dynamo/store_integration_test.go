@@ -376,7 +376,7 @@ func (c *readCounting) Scan(ctx context.Context, in *dynamodb.ScanInput, optFns 
 }
 
 // TestItemsCarryBucketShard checks the stored rows: every Put and PutFinal
-// sets bucket_shard to "<bucket>#<n>", the rows of 1,000 ads of one minute
+// sets bucket_shard to "<bucket>#<n>", the rows of 300 ads of one minute
 // spread over the shards, Get and QueryBucket return items without it, and
 // the flush's Delete removes a row that carries it.
 func TestItemsCarryBucketShard(t *testing.T) {
@@ -385,7 +385,7 @@ func TestItemsCarryBucketShard(t *testing.T) {
 	ctx := context.Background()
 	const minute = "M2026-11-29T10:14Z"
 	var puts []sink.Put
-	for i := range 1000 {
+	for i := range 300 {
 		puts = append(puts, sink.Put{Key: sink.Key{Entity: fmt.Sprintf("ad_%04d", i), Bucket: minute}, Writer: sink.Fast, Valid: 1, Epoch: 3, Gen: 1})
 	}
 	if _, err := s.Put(ctx, puts); err != nil {
@@ -408,7 +408,7 @@ func TestItemsCarryBucketShard(t *testing.T) {
 		shards[bs] = true
 	}
 	if len(shards) < 30 {
-		t.Errorf("1,000 ads of one minute: %d distinct bucket_shard values, want at least 30", len(shards))
+		t.Errorf("300 ads of one minute: %d distinct bucket_shard values, want at least 30", len(shards))
 	}
 	it, ok, err := s.Get(ctx, puts[0].Key)
 	if err != nil || !ok {
