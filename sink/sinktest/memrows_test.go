@@ -73,7 +73,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		{
 			name: "drops the last put of large batches",
 			put: func(m *MemRows, ctx context.Context, puts []sink.Put) (int, error) {
-				if len(puts) > 1000 {
+				if len(puts) > 256 {
 					puts = puts[:len(puts)-1]
 				}
 				return m.Put(ctx, puts)
