@@ -22,6 +22,7 @@ import (
 // the same invariants, plus Valkey's totals agree with the rows.
 func TestCrashAnywhereAWS(t *testing.T) {
 	t.Parallel() // its own temp dir, stream, table and prefix
+	awsSlot(t)
 	testenv.DynamoDB(t)
 	vaddr := testenv.Valkey(t)
 	dir := t.TempDir()

@@ -35,6 +35,7 @@ import (
 // overwrites them), so the sweep's report is logged, not asserted.
 func TestBlueGreenSweep(t *testing.T) {
 	t.Parallel() // its own temp dir, stream, table and prefix
+	awsSlot(t)
 	for _, tc := range []struct {
 		name   string
 		v1, v2 []string

@@ -322,6 +322,7 @@ func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 // old holder's); and the recount's final_* equals the independent count.
 func TestFleetEndToEnd(t *testing.T) {
 	t.Parallel() // its own temp dir, stream, table and prefix
+	awsSlot(t)
 	testenv.Kinesis(t)
 	testenv.DynamoDB(t)
 	testenv.S3(t)

@@ -20,6 +20,7 @@ import (
 // the checkpointed sequence numbers.
 func TestKinesisEndToEnd(t *testing.T) {
 	t.Parallel() // its own temp dir, stream, table and prefix
+	awsSlot(t)
 	testenv.Kinesis(t)
 	testenv.DynamoDB(t)
 	vaddr := testenv.Valkey(t)

@@ -23,6 +23,7 @@ import (
 // first's checkpoint and its full flush deleted the first's writes.
 func TestSecondProcessRefusedAWS(t *testing.T) {
 	t.Parallel()
+	awsSlot(t)
 	testenv.S3(t)
 	testenv.DynamoDB(t)
 	dir := t.TempDir()

@@ -25,6 +25,7 @@ import (
 // as well, and the recount reads the watermark from there.
 func TestRecountS3Lake(t *testing.T) {
 	t.Parallel()
+	awsSlot(t)
 	testenv.S3(t)
 	ctx := context.Background()
 	dir := t.TempDir()

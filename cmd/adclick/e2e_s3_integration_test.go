@@ -19,6 +19,7 @@ import (
 // end exact.
 func TestRestoreFromS3AfterLosingData(t *testing.T) {
 	t.Parallel()
+	awsSlot(t)
 	testenv.S3(t)
 	testenv.DynamoDB(t)
 	dir := t.TempDir()
@@ -69,6 +70,7 @@ func TestRestoreFromS3AfterLosingData(t *testing.T) {
 // start.)
 func TestBlueGreenFromS3Savepoint(t *testing.T) {
 	t.Parallel()
+	awsSlot(t)
 	testenv.S3(t)
 	testenv.DynamoDB(t)
 	dir := t.TempDir()

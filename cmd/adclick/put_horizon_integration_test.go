@@ -23,6 +23,7 @@ import (
 // counted by the stream, so put must not warn about it.
 func TestPutWarningMatchesTheStream(t *testing.T) {
 	t.Parallel() // its own temp dir and stream
+	awsSlot(t)
 	testenv.Kinesis(t)
 	dir := t.TempDir()
 	stream := "h" + strconv.FormatInt(time.Now().UnixNano(), 36)
