@@ -5,11 +5,10 @@ package main
 import "testing"
 
 // awsSlots bounds how many of this package's tests use the AWS stand-ins
-// at once. The package runs testParallel tests at once, most of them
-// crash campaigns on the embedded stores; the ones on the stand-ins stay at
-// two, as at -parallel 2, because dynalite serves one request at a time and
-// a third fleet or lease test beside another package's (on a loaded
-// machine) took a lease read past its deadline (a quarter of the lease).
+// at once, whatever -parallel is: dynalite serves one request at a time,
+// and with three of this package's stand-in tests beside another package's
+// on a loaded machine, a lease read passed its deadline (a quarter of the
+// lease). At the default -parallel (GOMAXPROCS, 2 here) it never waits.
 var awsSlots = make(chan struct{}, 2)
 
 // awsSlot waits for one of awsSlots and gives it back when t and its

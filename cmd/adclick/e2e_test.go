@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,22 +38,7 @@ func sharedBuildEnv() []string {
 // servers, so two run at once (-parallel defaults to GOMAXPROCS). They
 // start after every sequential test, so t.Setenv elsewhere cannot reach
 // them.
-// testParallel is how many of this package's tests run at once unless
-// -parallel is given: most of them wait on child processes, on the servers
-// or on a lease's clock rather than on a CPU, so at GOMAXPROCS (2 here) the
-// package took a third longer than with 4, for the same CPU time.
-const testParallel = 4
-
 func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		if err := flag.Set("test.parallel", strconv.Itoa(max(testParallel, goruntime.GOMAXPROCS(0)))); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-	}
 	if p := os.Getenv("ADCLICK_TEST_BINARY"); p != "" {
 		binPath = p
 		os.Exit(m.Run())
@@ -277,7 +260,10 @@ func scanRow(l []byte) (row, bool) {
 // or the reverse is not scanRow's to judge (false). Other names are
 // ignored, as encoding/json ignores them.
 func (r *row) set(key, str string, isStr bool, num *int64) bool {
-	var sp *string
+	var (
+		sp *string
+		np **int64
+	)
 	switch key {
 	case "entity":
 		sp = &r.Entity
@@ -287,40 +273,32 @@ func (r *row) set(key, str string, isStr bool, num *int64) bool {
 		sp = &r.FastIx
 	case "late_ix":
 		sp = &r.LateIx
-	}
-	if sp != nil {
-		if num != nil {
-			return false
-		}
-		*sp = str // null leaves "", as encoding/json leaves the field alone
-		return true
-	}
-	var p **int64
-	switch key {
 	case "job_gen":
-		p = &r.JobGen
+		np = &r.JobGen
 	case "fast_valid":
-		p = &r.FastValid
+		np = &r.FastValid
 	case "fast_spend_micros":
-		p = &r.FastSpend
+		np = &r.FastSpend
 	case "fast_ckpt":
-		p = &r.FastCkpt
+		np = &r.FastCkpt
 	case "late_valid":
-		p = &r.LateValid
+		np = &r.LateValid
 	case "late_spend_micros":
-		p = &r.LateSpend
+		np = &r.LateSpend
 	case "late_ckpt":
-		p = &r.LateCkpt
+		np = &r.LateCkpt
 	case "wf":
-		p = &r.Fence
-	default:
-		return true
+		np = &r.Fence
 	}
-	if isStr {
+	switch {
+	case sp != nil && num != nil, np != nil && isStr:
 		return false
+	case sp != nil && isStr:
+		*sp = str
+	case np != nil:
+		*np = num // null sets nil, as encoding/json sets a pointer
 	}
-	*p = num
-	return true
+	return true // a null string leaves the field alone, as encoding/json does
 }
 
 func skipSpace(l []byte, i int) int {
@@ -625,6 +603,7 @@ func TestScanRowMatchesEncodingJSON(t *testing.T) {
 		` { "entity" : "ad_1" , "bucket":"H2026-11-29T10Z", "fast_valid": -3, "late_ckpt": null, "wf": 0 } `,
 		`{"entity":"ad_1","other":"x","fast_valid":7,"fast_valid":8}`,
 		`{"entity":"ad_1","job_gen":9223372036854775807}`,
+		`{"entity":"ad_1","entity":null,"fast_ckpt":4,"fast_ckpt":null}`,
 	} {
 		lines = append(lines, []byte(l))
 	}
