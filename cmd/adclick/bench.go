@@ -80,8 +80,10 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *peers != "" && *trace == "" {
 		return usageError{errors.New("--peers needs --trace: the peers read the same trace after the variants")}
 	}
-	if err := bench.CheckPeerList(*peerList); err != nil {
-		return usageError{err}
+	if *peers != "" {
+		if err := bench.CheckPeerList(*peers, *peerList); err != nil {
+			return usageError{err}
+		}
 	}
 	self, err := os.Executable()
 	if err != nil {

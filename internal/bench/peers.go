@@ -8,34 +8,60 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 )
 
-// PeerNames are the peers the peers folder's run.sh knows, in its order:
-// the names PeerOptions.List may hold. flink and flink-nockpt are Apache
-// Flink 2.3's DataStream job in a local MiniCluster, with exactly-once
-// checkpoints every 10 s and without; they need Java 17 and Maven (and
-// Maven Central for their first build), and where those are missing run.sh
-// reports them as not built and runs the others.
-var PeerNames = []string{
-	"duckdb", "duckdb-loose",
-	"benthos", "benthos-t1", "benthos-sw",
-	"beam-prism-bucket", "beam-prism", "beam-direct",
-	"flink", "flink-nockpt",
+// peersHelp finds the names in the --peers entry of run.sh's help (its
+// leading comment): "--peers LIST  comma-separated, in run order, from:
+// a, b, … (default …".
+var peersHelp = regexp.MustCompile(`--peers LIST\s+comma-separated, in run order, from:\s+(.*?)\s+\(default`)
+
+// PeerNames returns the peers the run.sh of dir knows, in its order, read
+// from its help, so that the list lives in one place. flink and
+// flink-nockpt are Apache Flink 2.3's DataStream job in a local
+// MiniCluster, with exactly-once checkpoints every 10 s and without; they
+// need Java 17 and Maven (and Maven Central for their first build), and
+// where those are missing run.sh reports them as not built and runs the
+// others.
+func PeerNames(dir string) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "run.sh"))
+	if err != nil {
+		return nil, fmt.Errorf("bench: peers: %w", err)
+	}
+	var help strings.Builder
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "#"); ok {
+			help.WriteString(rest)
+		}
+	}
+	m := peersHelp.FindStringSubmatch(help.String())
+	if m == nil {
+		return nil, fmt.Errorf("bench: peers: %s: its help has no --peers list", filepath.Join(dir, "run.sh"))
+	}
+	var names []string
+	for _, n := range strings.Split(m[1], ",") {
+		names = append(names, strings.Join(strings.Fields(n), ""))
+	}
+	return names, nil
 }
 
 // CheckPeerList reports a name in list (comma-separated; empty: run.sh's
-// default set) that is not one of PeerNames, so that a typo fails before
-// adclick's own variants have run rather than after.
-func CheckPeerList(list string) error {
+// default set) that the run.sh of dir does not know, so that a typo fails
+// before adclick's own variants have run rather than after.
+func CheckPeerList(dir, list string) error {
 	if list == "" {
 		return nil
 	}
+	known, err := PeerNames(dir)
+	if err != nil {
+		return err
+	}
 	for _, p := range strings.Split(list, ",") {
-		if !slices.Contains(PeerNames, p) {
-			return fmt.Errorf("bench: peers: unknown peer %q (known: %s)", p, strings.Join(PeerNames, ", "))
+		if !slices.Contains(known, p) {
+			return fmt.Errorf("bench: peers: unknown peer %q (known: %s)", p, strings.Join(known, ", "))
 		}
 	}
 	return nil
@@ -53,7 +79,7 @@ type PeerOptions struct {
 	// Out is where the run writes its outputs and table; empty: a new
 	// folder under Dir's run.sh default.
 	Out string
-	// List is run.sh's --peers, names from PeerNames (empty: its default
+	// List is run.sh's --peers, names from PeerNames(Dir) (empty: its default
 	// set, which leaves out the Flink peers).
 	List string
 	// Src is the adclick source tree run.sh builds (empty: run.sh's
@@ -75,7 +101,7 @@ func Peers(ctx context.Context, o PeerOptions) (string, error) {
 	if o.Trace == "" {
 		return "", errors.New("bench: peers: a trace file is required")
 	}
-	if err := CheckPeerList(o.List); err != nil {
+	if err := CheckPeerList(o.Dir, o.List); err != nil {
 		return "", err
 	}
 	out := o.Out

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +15,10 @@ func fakePeers(t *testing.T, fail bool) string {
 	t.Helper()
 	dir := t.TempDir()
 	script := `#!/bin/sh
+# A stand-in for the peers folder's run.sh.
+#   --peers LIST   comma-separated, in run order, from: duckdb, duckdb-loose,
+#                  benthos, flink,
+#                  flink-nockpt (default duckdb,benthos).
 echo "$*" >"$(dirname "$0")/args"
 out=""
 while [ $# -gt 0 ]; do
@@ -70,51 +73,44 @@ func TestPeersPassesTheFlinkPeers(t *testing.T) {
 }
 
 func TestCheckPeerList(t *testing.T) {
-	for _, ok := range []string{"", "flink", "flink-nockpt", "duckdb,flink,flink-nockpt", strings.Join(PeerNames, ",")} {
-		if err := CheckPeerList(ok); err != nil {
+	dir := fakePeers(t, false)
+	if got, want := mustPeerNames(t, dir), []string{"duckdb", "duckdb-loose", "benthos", "flink", "flink-nockpt"}; !slices.Equal(got, want) {
+		t.Fatalf("PeerNames = %q, want %q (the fake run.sh's help)", got, want)
+	}
+	for _, ok := range []string{"", "flink", "flink-nockpt", "duckdb,flink,flink-nockpt", strings.Join(mustPeerNames(t, dir), ",")} {
+		if err := CheckPeerList(dir, ok); err != nil {
 			t.Errorf("CheckPeerList(%q) = %v, want nil", ok, err)
 		}
 	}
-	for _, bad := range []string{"flink-nocheckpoint", "duckdb,,flink", "duckdb, flink", "Flink", ","} {
-		if err := CheckPeerList(bad); err == nil {
+	for _, bad := range []string{"flink-nocheckpoint", "duckdb,,flink", "duckdb, flink", "Flink", ",", "beam-prism"} {
+		if err := CheckPeerList(dir, bad); err == nil {
 			t.Errorf("CheckPeerList(%q) accepted it", bad)
 		}
 	}
 	// run.sh is not started for an unknown peer
-	dir := fakePeers(t, false)
 	if _, err := Peers(context.Background(), PeerOptions{Dir: dir, Trace: "t", Out: t.TempDir(), List: "duckdb,flnk"}); err == nil || !strings.Contains(err.Error(), `"flnk"`) {
 		t.Errorf("an unknown peer gave %v, want an error naming it", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "args")); err == nil {
 		t.Error("run.sh ran for an unknown peer")
 	}
+	// A run.sh whose help names no peers cannot check a list.
+	bare := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bare, "run.sh"), []byte("#!/bin/sh\n# no help here\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckPeerList(bare, "duckdb"); err == nil || !strings.Contains(err.Error(), "no --peers list") {
+		t.Errorf("a run.sh without a --peers list gave %v, want an error saying so", err)
+	}
 }
 
-// TestPeerNamesMatchRunSh checks PeerNames against the --peers list in the
-// help of the peers folder's run.sh, where that folder is checked out
-// beside the repository (../shared/peers); elsewhere it is skipped.
-func TestPeerNamesMatchRunSh(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "shared", "peers", "run.sh"))
+func mustPeerNames(t *testing.T, dir string) []string {
+	t.Helper()
+	names, err := PeerNames(dir)
 	if err != nil {
-		t.Skipf("no peers folder beside the repository: %v", err)
+		t.Fatal(err)
 	}
-	var help strings.Builder
-	for _, l := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(l, "#"); ok {
-			help.WriteString(rest)
-		}
-	}
-	m := regexp.MustCompile(`--peers LIST\s+comma-separated, in run order, from:\s+(.*?)\s+\(default`).FindStringSubmatch(help.String())
-	if m == nil {
-		t.Fatal("run.sh's help has no --peers list")
-	}
-	var names []string
-	for _, n := range strings.Split(m[1], ",") {
-		names = append(names, strings.Join(strings.Fields(n), ""))
-	}
-	if !slices.Equal(names, PeerNames) {
-		t.Errorf("run.sh's peers %q, PeerNames %q", names, PeerNames)
-	}
+	return names
 }
 
 func TestPeersFailures(t *testing.T) {
