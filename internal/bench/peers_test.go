@@ -37,38 +37,33 @@ done
 }
 
 func TestPeersRunsTheScriptOnTheSameTrace(t *testing.T) {
-	dir := fakePeers(t, false)
-	out := t.TempDir()
-	table, err := Peers(context.Background(), PeerOptions{Dir: dir, Trace: "/data/trace.jsonl", Clicks: 1000, Out: out, List: "duckdb,benthos", Src: "/src"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(table, "| duckdb | 50 | 0.50 |") || !strings.Contains(table, out) {
-		t.Fatalf("table:\n%s\nwant the run's table and where its outputs are", table)
-	}
-	args, err := os.ReadFile(filepath.Join(dir, "args"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "--trace /data/trace.jsonl --out " + out + " --clicks 1000 --peers duckdb,benthos --adclick-src /src"
-	if got := strings.TrimSpace(string(args)); got != want {
-		t.Fatalf("run.sh got %q, want %q", got, want)
-	}
-}
-
-func TestPeersPassesTheFlinkPeers(t *testing.T) {
-	dir := fakePeers(t, false)
-	out := t.TempDir()
-	if _, err := Peers(context.Background(), PeerOptions{Dir: dir, Trace: "/data/trace.jsonl", Out: out, List: "duckdb,flink,flink-nockpt"}); err != nil {
-		t.Fatal(err)
-	}
-	args, err := os.ReadFile(filepath.Join(dir, "args"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "--trace /data/trace.jsonl --out " + out + " --peers duckdb,flink,flink-nockpt"
-	if got := strings.TrimSpace(string(args)); got != want {
-		t.Fatalf("run.sh got %q, want %q", got, want)
+	for _, tc := range []struct {
+		name string
+		o    PeerOptions
+		args string // run.sh's arguments after --trace and --out
+	}{
+		{"every option", PeerOptions{Clicks: 1000, List: "duckdb,benthos", Src: "/src"}, "--clicks 1000 --peers duckdb,benthos --adclick-src /src"},
+		{"the Flink peers", PeerOptions{List: "duckdb,flink,flink-nockpt"}, "--peers duckdb,flink,flink-nockpt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, out := fakePeers(t, false), t.TempDir()
+			o := tc.o
+			o.Dir, o.Trace, o.Out = dir, "/data/trace.jsonl", out
+			table, err := Peers(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(table, "| duckdb | 50 | 0.50 |") || !strings.Contains(table, out) {
+				t.Fatalf("table:\n%s\nwant the run's table and where its outputs are", table)
+			}
+			args, err := os.ReadFile(filepath.Join(dir, "args"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := strings.TrimSpace(string(args)), "--trace /data/trace.jsonl --out "+out+" "+tc.args; got != want {
+				t.Fatalf("run.sh got %q, want %q", got, want)
+			}
+		})
 	}
 }
 
